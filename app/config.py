@@ -1,0 +1,266 @@
+"""Settings: one object built once from the environment and `.env`, every field documented.
+
+Names are as in `.env.example`: `LLAMA_*` for the model (any `llama_cpp.Llama` constructor
+parameter or chat-completion parameter may be given as `LLAMA_<NAME>`), `SANDSHELL_*` for the
+sandbox, the session and the UI.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from dotenv import dotenv_values
+from pydantic import TypeAdapter, ValidationError
+
+from app.errors import SettingsError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DEFAULT_GOAL = (
+    "Explore this Linux machine. Find out what it is and what it can do, keep notes in "
+    "/app/notes.md, and improve your own instructions in /app/system.md as you learn."
+)
+
+
+def _f(env: str, default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"env": env, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything sandshell can be told, with its default."""
+
+    # -- model -----------------------------------------------------------------------------
+    model_path: str = _f("LLAMA_MODEL_PATH", "", "GGUF model file; empty uses the embedded SmolLM2-135M-Instruct")
+    backend: Literal["llama", "openai", "script"] = _f(
+        "LLAMA_BACKEND",
+        "llama",
+        "llama (llama.cpp in-process), openai (any OpenAI-compatible server) or script (actions from a JSONL file)",
+    )
+    openai_base_url: str = _f(
+        "LLAMA_OPENAI_BASE_URL", "http://127.0.0.1:8080/v1", "base URL of the OpenAI-compatible server"
+    )
+    openai_model: str = _f("LLAMA_OPENAI_MODEL", "default", "model name sent to the OpenAI-compatible server")
+    openai_api_key: str = _f("LLAMA_OPENAI_API_KEY", "", "API key for the OpenAI-compatible server (empty: none)")
+    script_path: str = _f("LLAMA_SCRIPT", "", "JSONL file of actions for the script backend, one action a line")
+    n_ctx: int = _f("LLAMA_N_CTX", 4096, "context window in tokens (a load-time setting)")
+    max_tokens: int = _f("LLAMA_MAX_TOKENS", 384, "most tokens the model may write in one turn")
+    context_margin: int = _f("LLAMA_CONTEXT_MARGIN", 64, "tokens kept free between the prompt and max_tokens")
+    grammar: bool = _f("LLAMA_GRAMMAR", True, "constrain generation so every answer parses as actions")
+    parse_retries: int = _f("LLAMA_PARSE_RETRIES", 2, "retries when an unconstrained answer does not parse")
+    intro: bool = _f("LLAMA_INTRO", True, "start each session with a few scripted actions that show the format")
+    repeat_limit: int = _f(
+        "LLAMA_REPEAT_LIMIT", 4, "stop after the model repeats the same action this many times in a row (0: never)"
+    )
+    default_goal: str = _f("LLAMA_DEFAULT_GOAL", DEFAULT_GOAL, "the goal when /app/goal is absent")
+    exit_timeout: float = _f(
+        "LLAMA_EXIT_TIMEOUT", 10.0, "seconds a command may run before its whole process tree is killed"
+    )
+    max_exit_timeout: float = _f("LLAMA_MAX_EXIT_TIMEOUT", 120.0, "the most a per-command timeout may ask for")
+    # -- sandbox ---------------------------------------------------------------------------
+    workspace: str = _f("SANDSHELL_WORKSPACE", "workspace", "host folder mounted at /app")
+    workspace_mode: Literal["rw", "ro", "copy"] = _f(
+        "SANDSHELL_WORKSPACE_MODE",
+        "rw",
+        "rw (read-write mount), ro (read-only mount) or copy (copied in; the host folder is never touched)",
+    )
+    profile: Literal["standard", "locked"] = _f(
+        "SANDSHELL_PROFILE", "standard", "standard (root, network on) or locked (no network, non-root, read-only root)"
+    )
+    base_image: str = _f(
+        "SANDSHELL_BASE_IMAGE",
+        "auto",
+        "base image; auto: a local bootstrap, else python:3.12-slim-bookworm if pullable, else debootstrap one",
+    )
+    image: str = _f(
+        "SANDSHELL_IMAGE", "sandshell-sandbox", "name of the sandbox image (its tag is a hash of container/)"
+    )
+    transport: Literal["unix", "tcp"] = _f(
+        "SANDSHELL_TRANSPORT",
+        "unix",
+        "unix (a socket in a bind-mounted folder) or tcp (127.0.0.1, for hosts where sockets cannot cross a mount)",
+    )
+    runtime_dir: str = _f(
+        "SANDSHELL_RUNTIME_DIR",
+        "",
+        "where session sockets live; empty: $XDG_RUNTIME_DIR/sandshell or /tmp/sandshell-UID",
+    )
+    memory: str = _f("SANDSHELL_MEMORY", "2g", "container memory limit (docker units)")
+    cpus: float = _f("SANDSHELL_CPUS", 1.0, "container CPU limit")
+    pids_limit: int = _f("SANDSHELL_PIDS_LIMIT", 256, "most processes in the container")
+    output_limit: int = _f(
+        "SANDSHELL_OUTPUT_LIMIT",
+        1024 * 1024,
+        "bytes of one command's output streamed live (0: no limit); the rest goes to a spill file",
+    )
+    spill_limit: int = _f(
+        "SANDSHELL_SPILL_LIMIT",
+        32 * 1024 * 1024,
+        "bytes kept in a spill file before a flooding command is stopped (0: no limit)",
+    )
+    kill_grace: float = _f("SANDSHELL_KILL_GRACE", 1.0, "seconds between TERM and KILL when a command times out")
+    state_limit: int = _f(
+        "SANDSHELL_STATE_LIMIT", 16 * 1024, "bytes read of /app/goal, /app/system.md and /app/config.json each"
+    )
+    # -- session ---------------------------------------------------------------------------
+    max_steps: int = _f("SANDSHELL_MAX_STEPS", 0, "turns before the session stops (0: no limit)")
+    max_seconds: float = _f("SANDSHELL_MAX_SECONDS", 0.0, "seconds before the session stops (0: no limit)")
+    approval: bool = _f("SANDSHELL_APPROVAL", False, "ask before each action runs")
+    sessions_dir: str = _f("SANDSHELL_SESSIONS_DIR", "sessions", "where session recordings are written")
+    ui_max_lines: int = _f("SANDSHELL_UI_MAX_LINES", 5000, "lines the terminal UI keeps")
+    # -- free-form llama.cpp parameters (LLAMA_<NAME>) -------------------------------------
+    load_params: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
+    sampling: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
+
+    @property
+    def root(self) -> Path:
+        return ROOT
+
+    def path(self, value: str) -> Path:
+        """Resolve a settings path against the repository root."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else ROOT / p
+
+    def replace(self, **changes: Any) -> Settings:
+        import dataclasses
+
+        return dataclasses.replace(self, **changes)
+
+
+def documented_fields() -> list[tuple[str, str, Any]]:
+    """(env name, doc, default) for every fixed setting, for `.env.example` and `--help`."""
+    out = []
+    for f in fields(Settings):
+        if f.metadata.get("env"):
+            out.append((f.metadata["env"], f.metadata["doc"], f.default))
+    return out
+
+
+def load(env_file: str | Path | None = ROOT / ".env", environ: dict[str, str] | None = None) -> Settings:
+    """Build the settings from `.env` then the environment (which wins)."""
+    values: dict[str, str] = {}
+    if env_file is not None and Path(env_file).is_file():
+        values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
+    values.update(os.environ if environ is None else environ)
+    hints = get_type_hints(Settings)
+    known = {f.metadata["env"]: f.name for f in fields(Settings) if f.metadata.get("env")}
+    kwargs: dict[str, Any] = {}
+    errors: list[str] = []
+    for env, name in known.items():
+        if env in values and values[env] != "":
+            try:
+                kwargs[name] = _coerce(hints[name], values[env])
+            except ValueError as e:
+                errors.append(f"{env}={values[env]!r} {e}")
+    extra = {k: v for k, v in values.items() if k.startswith("LLAMA_") and k not in known}
+    load_params, sampling, extra_errors = _llama_params(extra)
+    errors += extra_errors
+    if errors:
+        raise SettingsError("bad setting: " + "; ".join(errors) + " (see .env.example)")
+    settings = Settings(**kwargs, load_params=load_params, sampling=sampling)
+    _check_ranges(settings)
+    return settings
+
+
+def _coerce(tp: Any, raw: str) -> Any:
+    if get_origin(tp) is Literal:
+        if raw not in get_args(tp):
+            raise ValueError("must be one of " + ", ".join(map(str, get_args(tp))))
+        return raw
+    try:
+        return TypeAdapter(tp).validate_strings(raw)
+    except ValidationError:
+        raise ValueError(f"is not a valid {getattr(tp, '__name__', tp)}") from None
+
+
+def _check_ranges(s: Settings) -> None:
+    problems = []
+    if s.n_ctx < 256:
+        problems.append("LLAMA_N_CTX must be at least 256")
+    if s.max_tokens < 16 or s.max_tokens > s.n_ctx // 2:
+        problems.append("LLAMA_MAX_TOKENS must be between 16 and half of LLAMA_N_CTX")
+    if s.exit_timeout <= 0 or s.exit_timeout > s.max_exit_timeout:
+        problems.append("LLAMA_EXIT_TIMEOUT must be above 0 and at most LLAMA_MAX_EXIT_TIMEOUT")
+    if s.pids_limit < 16:
+        problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
+    if problems:
+        raise SettingsError("bad setting: " + "; ".join(problems) + " (see .env.example)")
+
+
+# Parameters sandshell sets itself: they are not free-form.
+_RESERVED = {
+    "model_path",
+    "n_ctx",
+    "verbose",
+    "grammar",
+    "stream",
+    "messages",
+    "functions",
+    "tools",
+    "tool_choice",
+    "function_call",
+    "response_format",
+    "max_tokens",
+    "logits_processor",
+    "stopping_criteria",
+}
+
+
+def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
+    """The parameters of `Llama.__init__` and `Llama.create_chat_completion`."""
+    from llama_cpp import Llama
+
+    init = dict(inspect.signature(Llama.__init__).parameters)
+    chat = dict(inspect.signature(Llama.create_chat_completion).parameters)
+    return init, chat
+
+
+def _llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    if not extra:
+        return {}, {}, []
+    init, chat = llama_signatures()
+    load_params: dict[str, Any] = {}
+    sampling: dict[str, Any] = {}
+    errors: list[str] = []
+    for env, raw in sorted(extra.items()):
+        name = env[len("LLAMA_") :].lower()
+        target = load_params if name in init else sampling if name in chat else None
+        param = init.get(name) or chat.get(name)
+        if target is None or param is None or name in _RESERVED or name in ("self", "kwargs"):
+            errors.append(f"{env} is not a setting sandshell or llama.cpp knows")
+            continue
+        if raw == "":
+            continue
+        try:
+            target[name] = _coerce_param(param, raw)
+        except ValueError as e:
+            errors.append(f"{env}={raw!r} {e}")
+    return load_params, sampling, errors
+
+
+def _coerce_param(param: inspect.Parameter, raw: str) -> Any:
+    ann = param.annotation
+    if isinstance(ann, str) or ann is inspect.Parameter.empty:
+        # Postponed annotations: fall back to the default's type, else JSON-ish parsing.
+        default = param.default
+        tp: Any = type(default) if default not in (None, inspect.Parameter.empty) else Any
+    else:
+        tp = ann
+    if tp is Any:
+        for conv in (int, float):
+            try:
+                return conv(raw)
+            except ValueError:
+                pass
+        return raw
+    try:
+        return TypeAdapter(tp).validate_strings(raw)
+    except (ValidationError, TypeError):
+        try:
+            return TypeAdapter(tp).validate_python(raw)
+        except (ValidationError, TypeError):
+            raise ValueError(f"is not a valid value for {param.name}") from None

@@ -1,0 +1,204 @@
+"""How a session's container is made: the hardening profile, mounts, limits and the agent's address."""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import shutil
+import socket
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from app.config import Settings
+from app.engine import HOST_LABEL, LABEL, PID_LABEL
+from app.errors import SandboxError
+
+AGENT_PORT = 7000
+SOCKET_IN_CONTAINER = "/run/sandshell"
+
+# What `standard` keeps of Docker's default capabilities: enough for apt-get and chown, no raw
+# sockets, no mknod, no audit, no chroot.
+STANDARD_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE"]
+LOCKED_UID = 1000
+
+
+def runtime_dir(settings: Settings) -> Path:
+    """Where session sockets live: private to this user."""
+    if settings.runtime_dir:
+        return Path(settings.runtime_dir)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(xdg) / "sandshell" if xdg else Path(f"/tmp/sandshell-{os.getuid()}")
+
+
+@dataclass
+class ContainerSpec:
+    """Everything needed to create one session's container; `cleanup` removes its socket folder."""
+
+    session_id: str
+    image: str
+    workspace: Path
+    settings: Settings
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    socket_dir: Path | None = None
+
+    @classmethod
+    def for_session(cls, settings: Settings, workspace: Path, session_id: str, image: str) -> ContainerSpec:
+        if settings.profile == "locked" and settings.transport == "tcp":
+            raise SandboxError("the locked profile has no network, so SANDSHELL_TRANSPORT must be unix")
+        return cls(session_id=session_id, image=image, workspace=workspace.resolve(), settings=settings)
+
+    @property
+    def transport(self) -> str:
+        return self.settings.transport
+
+    @property
+    def name(self) -> str:
+        return f"sandshell-{self.session_id}"
+
+    def owner(self) -> tuple[int, int]:
+        st = self.workspace.stat()
+        return st.st_uid, st.st_gid
+
+    def sandbox_user(self) -> tuple[int, int] | None:
+        """The user the agent runs as: root in standard, a non-root user in locked."""
+        if self.settings.profile == "standard":
+            return None
+        uid, gid = self.owner()
+        return (uid, gid) if uid != 0 else (LOCKED_UID, LOCKED_UID)
+
+    def prepare_socket_dir(self) -> Path:
+        base = runtime_dir(self.settings)
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(base, 0o700)
+        path = base / self.session_id
+        path.mkdir(mode=0o700)
+        user = self.sandbox_user()
+        if user is not None and os.geteuid() == 0:
+            os.chown(path, *user)  # the agent creates its socket here as that user
+            os.chmod(base, 0o711)
+        self.socket_dir = path
+        return path
+
+    def address(self, container: Any) -> str | tuple[str, int]:
+        if self.transport == "unix":
+            assert self.socket_dir is not None
+            return str(self.socket_dir / "agent.sock")
+        container.reload()
+        ports = container.attrs["NetworkSettings"]["Ports"] or {}
+        bound = ports.get(f"{AGENT_PORT}/tcp") or []
+        return ("127.0.0.1", int(bound[0]["HostPort"])) if bound else ("127.0.0.1", 0)
+
+    def environment(self) -> dict[str, str]:
+        s = self.settings
+        uid, gid = self.owner()
+        env = {
+            "SANDSHELL_TOKEN": self.token,
+            "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
+            "SANDSHELL_KILL_GRACE": str(s.kill_grace),
+            "SANDSHELL_OUTPUT_LIMIT": str(s.output_limit),
+            "SANDSHELL_SPILL_LIMIT": str(s.spill_limit),
+            "SANDSHELL_STATE_LIMIT": str(s.state_limit),
+            "SANDSHELL_PIDS_LIMIT": str(s.pids_limit),
+            "SANDSHELL_HOST_UID": str(uid),
+            "SANDSHELL_HOST_GID": str(gid),
+        }
+        if s.workspace_mode == "ro":
+            env["SANDSHELL_SPILL_DIR"] = "/tmp/sandshell-output"
+        if self.settings.profile == "locked":
+            env["HOME"] = "/tmp"
+        return env
+
+    def run_kwargs(self) -> dict[str, Any]:
+        s = self.settings
+        locked = s.profile == "locked"
+        sock_dir = self.prepare_socket_dir() if self.transport == "unix" else None
+        mounts: dict[str, dict[str, str]] = {}
+        if sock_dir is not None:
+            mounts[str(sock_dir)] = {"bind": SOCKET_IN_CONTAINER, "mode": "rw"}
+        if s.workspace_mode in ("rw", "ro"):
+            mounts[str(self.workspace)] = {"bind": "/app", "mode": s.workspace_mode}
+        command = ["python3", "-m", "sandshell_agent"]
+        command += ["--unix", f"{SOCKET_IN_CONTAINER}/agent.sock"] if sock_dir else ["--tcp", f"0.0.0.0:{AGENT_PORT}"]
+        user = self.sandbox_user()
+        kwargs: dict[str, Any] = {
+            "image": self.image,
+            "command": command,
+            "name": self.name,
+            "hostname": "sandbox",
+            "labels": {LABEL: self.session_id, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()},
+            "environment": self.environment(),
+            "volumes": mounts,
+            "working_dir": "/app",
+            "init": True,
+            "detach": True,
+            "cap_drop": ["ALL"],
+            "cap_add": [] if locked else STANDARD_CAPS,
+            "security_opt": ["no-new-privileges"],
+            "pids_limit": s.pids_limit,
+            "mem_limit": s.memory,
+            "memswap_limit": s.memory,
+            "nano_cpus": int(s.cpus * 1e9),
+            "ulimits": [docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
+        }
+        if user is not None:
+            kwargs["user"] = f"{user[0]}:{user[1]}"
+        if locked:
+            kwargs["network_mode"] = "none"
+            kwargs["read_only"] = True
+            kwargs["tmpfs"] = {"/tmp": "rw,nosuid,nodev,size=256m", "/run/sandshell-agent": "rw,nosuid,nodev,size=64m"}
+            if s.workspace_mode == "copy":
+                kwargs["tmpfs"]["/app"] = "rw,nosuid,nodev,size=1g,mode=1777"
+        elif self.transport == "tcp":
+            kwargs["ports"] = {f"{AGENT_PORT}/tcp": ("127.0.0.1", None)}
+        return kwargs
+
+    def cleanup(self) -> None:
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            self.socket_dir = None
+
+
+def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
+    """Create and start the container; on any failure nothing is left behind."""
+    container = None
+    try:
+        kwargs = spec.run_kwargs()
+        kwargs.pop("detach")
+        container = client.containers.create(**kwargs)
+        if spec.settings.workspace_mode == "copy":
+            container.put_archive("/app", _tar(spec.workspace))
+        container.start()
+        return container
+    except docker.errors.ImageNotFound:
+        _remove(container)
+        raise SandboxError(f"the sandbox image {spec.image} is missing; run ./start.sh to build it") from None
+    except docker.errors.APIError as e:
+        _remove(container)
+        spec.cleanup()
+        raise SandboxError(f"cannot start the sandbox container: {e.explanation or e}") from None
+    except BaseException:
+        _remove(container)
+        spec.cleanup()
+        raise
+
+
+def _remove(container: Any) -> None:
+    if container is not None:
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError:
+            pass
+
+
+def _tar(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for entry in sorted(folder.iterdir()):
+            tar.add(entry, arcname=entry.name)  # symlinks are stored as links, never followed
+    return buf.getvalue()

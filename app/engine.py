@@ -1,0 +1,69 @@
+"""The Docker engine: connecting with a clear error, and reaping what crashed sessions left behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import docker
+import docker.errors
+
+from app.errors import DockerUnavailable
+
+LABEL = "sandshell.session"
+PID_LABEL = "sandshell.pid"
+HOST_LABEL = "sandshell.host"
+
+
+def client() -> docker.DockerClient:
+    """A Docker client that has answered a ping, or DockerUnavailable with what to do."""
+    try:
+        c = docker.from_env(timeout=60)
+        c.ping()
+        return c
+    except docker.errors.DockerException as e:
+        reason = str(e).split("(")[0].strip()[:160]
+        raise DockerUnavailable(
+            f"no Docker engine answers ({reason}); start Docker (e.g. `sudo systemctl start docker`) "
+            "and make sure your user may use it"
+        ) from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap(c: docker.DockerClient) -> list[str]:
+    """Remove sandshell containers whose host process is gone (or that have stopped); returns their names."""
+    removed = []
+    here = socket.gethostname()
+    for container in c.containers.list(all=True, filters={"label": LABEL}):
+        labels = container.labels
+        pid = labels.get(PID_LABEL, "")
+        owner_gone = labels.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid))
+        orphan = owner_gone or container.status in ("exited", "dead")
+        if orphan:
+            try:
+                container.remove(force=True)
+                removed.append(container.name)
+            except docker.errors.APIError:
+                pass
+    return removed
+
+
+def reap_all(c: docker.DockerClient) -> list[str]:
+    """Remove every sandshell container, running or not (for reset)."""
+    removed = []
+    for container in c.containers.list(all=True, filters={"label": LABEL}):
+        try:
+            container.remove(force=True)
+            removed.append(container.name)
+        except docker.errors.APIError:
+            pass
+    return removed

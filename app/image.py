@@ -1,0 +1,126 @@
+"""The sandbox image: built from `container/`, tagged by a hash of its content, on an offline-able base."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from app.config import ROOT, Settings
+from app.errors import ImageError
+
+CONTAINER_DIR = ROOT / "container"
+BOOTSTRAP = CONTAINER_DIR / "bootstrap-base.sh"
+PULL_CANDIDATE = "python:3.12-slim-bookworm"
+LABEL = "sandshell.session"
+
+Log = Callable[[str], None]
+
+
+def _digest(paths: list[Path], root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def context_hash() -> str:
+    """A hash of everything the image is built from (the Dockerfile and the agent)."""
+    files = [p for p in CONTAINER_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return _digest(files, CONTAINER_DIR)
+
+
+def bootstrap_tag() -> str:
+    return f"sandshell-base:{_digest([BOOTSTRAP], CONTAINER_DIR)}"
+
+
+def _exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _try_pull(client: docker.DockerClient, ref: str, log: Log) -> bool:
+    log(f"pulling {ref}...")
+    try:
+        client.images.pull(ref)
+        return True
+    except docker.errors.APIError as e:
+        log(f"cannot pull {ref}: {str(e).splitlines()[0][:160]}")
+        return False
+
+
+def bootstrap_base(tag: str, log: Log, log_file: Path) -> None:
+    """Build a Debian base image with debootstrap (needs root and Debian's mirror only)."""
+    if os.geteuid() != 0:
+        raise ImageError(
+            "no base image is available and building one needs root: run `sudo ./start.sh` once, "
+            "or set SANDSHELL_BASE_IMAGE to an image you have"
+        )
+    log(f"building the base image {tag} with debootstrap (about 2-4 minutes, once); log: {log_file}")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as out:
+        proc = subprocess.run(["bash", str(BOOTSTRAP), tag, "base"], stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise ImageError(f"building the base image failed (exit {proc.returncode}); see {log_file}")
+
+
+def resolve_base(client: docker.DockerClient, settings: Settings, log: Log, log_file: Path) -> str:
+    """The base image to build on: the configured one, or (auto) a local bootstrap, a pull, or a new bootstrap."""
+    wanted = settings.base_image
+    if wanted != "auto":
+        if _exists(client, wanted) or _try_pull(client, wanted, log):
+            return wanted
+        raise ImageError(
+            f"base image {wanted} is not here and cannot be pulled; set SANDSHELL_BASE_IMAGE=auto to build one locally"
+        )
+    local = bootstrap_tag()
+    if _exists(client, local):
+        return local
+    if _try_pull(client, PULL_CANDIDATE, log):
+        return PULL_CANDIDATE
+    bootstrap_base(local, log, log_file)
+    return local
+
+
+def ensure_image(client: docker.DockerClient, settings: Settings, log: Log = lambda _m: None) -> str:
+    """Return the tag of an up-to-date sandbox image, building it (and its base) if needed."""
+    tag = f"{settings.image}:{context_hash()}"
+    if _exists(client, tag):
+        return tag
+    log_file = settings.path(".cache/logs/image-build.log")
+    base = resolve_base(client, settings, log, log_file)
+    log(f"building the sandbox image {tag} on {base}...")
+    try:
+        _, lines = client.images.build(
+            path=str(CONTAINER_DIR),
+            tag=tag,
+            buildargs={"BASE": base},
+            labels={LABEL: "image"},
+            rm=True,
+            forcerm=True,
+        )
+        _write_build_log(log_file, lines)
+    except docker.errors.BuildError as e:
+        _write_build_log(log_file, e.build_log)
+        raise ImageError(f"building the sandbox image failed: {e.msg}; see {log_file}") from None
+    except docker.errors.APIError as e:
+        raise ImageError(f"building the sandbox image failed: {e.explanation or e}") from None
+    return tag
+
+
+def _write_build_log(path: Path, lines: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for item in lines:
+            if isinstance(item, dict) and "stream" in item:
+                f.write(str(item["stream"]))

@@ -1,0 +1,159 @@
+"""The host's side of the agent protocol: frames, and what a command yields.
+
+Frames are newline-delimited JSON (the codec is shared with the agent, `sandshell_agent.frames`).
+Version 1 messages, host to agent: hello{version, token, resume?}, run{id, command, timeout},
+interrupt{id}, read{id, path, limit?}, write{id, path, content, append?}, state{id}, ping{id}.
+Agent to host: hello, output{id, seq, stream, data}, exit{id, exit_code, signal, timed_out, ...,
+user, host, cwd}, gap{id, from, to}, file, written, state, pong, error{id, code, message}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sandshell_agent import PROTOCOL_VERSION
+from sandshell_agent.frames import FrameError, FrameReader, encode
+
+__all__ = ["PROTOCOL_VERSION", "FileContent", "FrameError", "FrameReader", "ModelState", "Output", "Result", "encode"]
+
+Stream = Literal["stdout", "stderr"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """A chunk of a running command's output, as it arrives."""
+
+    id: str
+    seq: int
+    stream: Stream
+    data: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a command ended. `output` is stdout and stderr interleaved, bounded to head and tail."""
+
+    command: str
+    return_code: int | None
+    output: str = ""
+    tail: str = ""
+    stderr_tail: str = ""
+    error: str | None = None
+    notice: str | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+    restarted: bool = False
+    output_limited: bool = False
+    truncated: bool = False
+    syntax_error: bool = False
+    lost: bool = False
+    signal: str | None = None
+    spill_path: str | None = None
+    output_bytes: int = 0
+    duration: float = 0.0
+    user: str = "root"
+    host: str = "sandbox"
+    cwd: str = "/app"
+
+    @property
+    def ok(self) -> bool:
+        return self.return_code == 0 and not self.timed_out and not self.lost
+
+    def prompt(self) -> str:
+        """The PS1-like prompt line after this command: `$? user@host:cwd #`."""
+        code = "?" if self.return_code is None else str(self.return_code)
+        sign = "#" if self.user == "root" else "$"
+        return f"{code} {self.user}@{self.host}:{self.cwd} {sign}"
+
+    def status_line(self) -> str:
+        """One line that says how the command ended, for the model's history and the UI."""
+        parts = [f"exit {self.return_code if self.return_code is not None else '?'}"]
+        if self.signal:
+            parts.append(self.signal)
+        if self.timed_out:
+            parts.append(f"timed out after {self.duration:.1f}s, process tree killed")
+        if self.interrupted:
+            parts.append("interrupted")
+        if self.output_limited:
+            parts.append("stopped: too much output")
+        if self.restarted:
+            parts.append("shell restarted (cwd and exported variables kept)")
+        if self.lost:
+            parts.append("sandbox lost")
+        if self.error and not self.lost:
+            parts.append(self.error)
+        if self.notice:
+            parts.append(self.notice)
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class FileContent:
+    """A file read from the container (bounded); `error` says why there is no content."""
+
+    path: str
+    content: str | None
+    error: str | None = None
+    size: int = 0
+    truncated: bool = False
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> FileContent:
+        return cls(
+            path=str(frame.get("path", "")),
+            content=frame.get("content") if isinstance(frame.get("content"), str) else None,
+            error=frame.get("error") if isinstance(frame.get("error"), str) else None,
+            size=int(frame.get("size") or 0),
+            truncated=bool(frame.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """The model's world, read from the container in one round trip."""
+
+    goal: FileContent
+    system: FileContent
+    config: FileContent
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> ModelState:
+        def part(key: str) -> FileContent:
+            value = frame.get(key)
+            return FileContent.from_frame(value if isinstance(value, dict) else {"error": "missing from reply"})
+
+        return cls(goal=part("goal"), system=part("system"), config=part("config"), raw=frame)
+
+
+class OutputCollector:
+    """Keeps a bounded head of a command's output plus the stderr tail, for `execute` and the model."""
+
+    def __init__(self, head_chars: int = 256 * 1024, stderr_tail_chars: int = 4096) -> None:
+        self.head_chars = head_chars
+        self.stderr_tail_chars = stderr_tail_chars
+        self.head: list[str] = []
+        self.kept = 0
+        self.dropped = 0
+        self.stderr_tail = ""
+
+    def add(self, chunk: Output) -> None:
+        room = self.head_chars - self.kept
+        if room > 0:
+            piece = chunk.data[:room]
+            self.head.append(piece)
+            self.kept += len(piece)
+            self.dropped += len(chunk.data) - len(piece)
+        else:
+            self.dropped += len(chunk.data)
+        if chunk.stream == "stderr":
+            self.stderr_tail = (self.stderr_tail + chunk.data)[-self.stderr_tail_chars :]
+
+    def text(self, agent_tail: str | None) -> str:
+        body = "".join(self.head)
+        if self.dropped or agent_tail:
+            tail = agent_tail or ""
+            note = "\n[... output cut here; the end follows ...]\n" if tail else "\n[... output cut ...]\n"
+            body = body + note + tail
+        return body

@@ -1,0 +1,316 @@
+"""The sandbox: a hardened, labelled container with the agent inside, and the API to use it.
+
+with Sandbox(workspace="workspace", settings=settings) as sb:
+    r = sb.execute("echo hi", timeout=5)      # Result: .return_code .output .timed_out .cwd ...
+    for event in sb.stream("make -j2", timeout=60):
+        ...                                   # Output chunks, then one Result
+    sb.write_file("/app/notes.txt", "...")
+    sb.read_file("/app/goal")                 # FileContent
+    sb.state()                                # ModelState: goal, system.md, config.json
+sb.kill()                                     # stop and remove now (also done on exit)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import docker.errors
+
+from app import engine
+from app.config import Settings
+from app.connection import Connection, ConnectionLost
+from app.container import ContainerSpec, create_container, runtime_dir
+from app.errors import ProtocolError, SandboxDied, SandboxError
+from app.image import ensure_image
+from app.protocol import FileContent, ModelState, Output, OutputCollector, Result
+
+Event = Output | Result
+
+
+class Sandbox:
+    """One session's container and its agent. Thread-safe: one operation at a time, interrupt any time."""
+
+    def __init__(
+        self,
+        workspace: str | Path | None = None,
+        settings: Settings | None = None,
+        session_id: str | None = None,
+        log: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        from app import config
+
+        self.settings = settings or config.load()
+        self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
+        self.session_id = session_id or time.strftime("%Y%m%d-%H%M%S-") + _token(4)
+        self.log = log
+        self.container: Any = None
+        self.conn: Connection | None = None
+        self.hello: dict[str, Any] = {}
+        self.restarts = 0
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._running: str | None = None
+        self._docker: Any = None
+        self._spec: ContainerSpec | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Sandbox:
+        try:
+            self.start()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.kill()
+
+    def start(self) -> None:
+        """Build the image if needed, start the container and connect to the agent."""
+        if self._docker is None:
+            self._docker = engine.client()
+            for name in engine.reap(self._docker):
+                self.log(f"removed a leftover container {name}")
+        if not self.workspace.is_dir():
+            raise SandboxError(f"the workspace {self.workspace} does not exist; run ./reset.sh to create it")
+        image = ensure_image(self._docker, self.settings, self.log)
+        self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image)
+        self.container = create_container(self._docker, self._spec)
+        self.conn = Connection(self._spec.address(self.container), self._spec.token)
+        self._connect(resume=None, wait=15.0)
+
+    def _connect(self, resume: dict[str, Any] | None, wait: float) -> None:
+        assert self.conn is not None and self._spec is not None
+        deadline = time.monotonic() + wait
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                self.hello = self.conn.open(resume=resume)
+                return
+            except (ConnectionLost, TimeoutError) as e:
+                last = str(e)
+            if not self._container_running():
+                raise SandboxDied(f"the sandbox container stopped: {self._last_log_line()}")
+            if self._spec.transport == "tcp":
+                self.conn.address = self._spec.address(self.container)
+            time.sleep(0.05)
+        raise SandboxError(f"the agent in the sandbox did not answer within {wait:.0f}s ({last})")
+
+    def _container_running(self) -> bool:
+        try:
+            self.container.reload()
+            return bool(self.container.status == "running")
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError:
+            return True
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = self.container.logs(tail=3).decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else f"status {self.container.status}"
+        except docker.errors.APIError:
+            return "it is gone"
+
+    def restart(self) -> None:
+        """Replace a dead container with a fresh one (the workspace is kept)."""
+        self._remove_container()
+        self.restarts += 1
+        self.start()
+
+    def kill(self) -> None:
+        """Stop and remove the container now; safe to call twice."""
+        if self.conn is not None:
+            self.conn.close()
+        self._remove_container()
+
+    def _remove_container(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except docker.errors.APIError:
+                pass
+            self.container = None
+        if self._spec is not None:
+            self._spec.cleanup()
+
+    # -- commands ----------------------------------------------------------------------------
+    def stream(self, command: str, timeout: float | None = None) -> Iterator[Event]:
+        """Run `command` in the persistent shell; yield Output chunks as they come, then one Result."""
+        with self._lock:
+            if self.container is None or self.conn is None:
+                self.log("the sandbox was lost; starting a fresh one")
+                self.restart()
+            assert self.conn is not None
+            limit = self.settings.max_exit_timeout
+            seconds = min(timeout if timeout is not None else self.settings.exit_timeout, limit)
+            cid = f"c{next(self._ids)}"
+            self._running = cid
+            try:
+                self.conn.send({"type": "run", "id": cid, "command": command, "timeout": seconds})
+                yield from self._follow(command, cid, seconds)
+            finally:
+                self._running = None
+
+    def _follow(self, command: str, cid: str, seconds: float) -> Iterator[Event]:
+        assert self.conn is not None
+        last_seq = 0
+        # The agent enforces the timeout; this only catches an agent that stopped answering.
+        deadline = time.monotonic() + seconds + self.settings.kill_grace + 15.0
+        while True:
+            try:
+                frame = self.conn.recv(deadline)
+            except (ConnectionLost, ProtocolError, TimeoutError) as e:
+                if self._reconnect({"id": cid, "seq": last_seq}):
+                    continue
+                self._lost()
+                yield Result(
+                    command,
+                    None,
+                    error=f"the sandbox died mid-command ({e}); the next command starts a fresh one",
+                    lost=True,
+                )
+                return
+            kind = frame.get("type")
+            if frame.get("id") != cid:
+                continue
+            if kind == "output":
+                last_seq = int(frame.get("seq", last_seq))
+                yield Output(cid, last_seq, frame.get("stream", "stdout"), str(frame.get("data", "")))
+            elif kind == "gap":
+                yield Output(cid, last_seq, "stderr", "\n[sandshell: output lost while reconnecting]\n")
+            elif kind == "exit":
+                yield _result(command, frame)
+                return
+            elif kind == "error":
+                yield Result(command, None, error=f"the agent refused the command: {frame.get('message')}")
+                return
+
+    def _reconnect(self, resume: dict[str, Any]) -> bool:
+        """After a dropped socket: reconnect and resume if the container still runs."""
+        if self.container is None or self.conn is None or not self._container_running():
+            return False
+        try:
+            self._connect(resume=resume, wait=5.0)
+            self.log("reconnected to the agent")
+            return True
+        except SandboxError:
+            return False
+
+    def _lost(self) -> None:
+        self.log("the sandbox container died; the next command will start a fresh one")
+        if self.conn is not None:
+            self.conn.close()
+        self._remove_container()
+        self.conn = None
+
+    def execute(self, command: str, timeout: float | None = None) -> Result:
+        """Run `command` to the end; the Result's output is bounded (head and tail)."""
+        collector = OutputCollector()
+        result = Result(command, None, error="no result")
+        for event in self.stream(command, timeout):
+            if isinstance(event, Output):
+                collector.add(event)
+            else:
+                result = event
+        return _with_output(result, collector)
+
+    def interrupt(self) -> None:
+        """Stop the running command (its whole process tree), from any thread."""
+        cid = self._running
+        if cid is not None and self.conn is not None:
+            try:
+                self.conn.send({"type": "interrupt", "id": cid})
+            except ConnectionLost:
+                pass
+
+    # -- files and state ---------------------------------------------------------------------
+    def _request(self, frame: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+        with self._lock:
+            if self.container is None or self.conn is None:
+                self.restart()
+            assert self.conn is not None
+            frame["id"] = f"r{next(self._ids)}"
+            for attempt in range(2):
+                try:
+                    reply = self.conn.request(frame, timeout)
+                    break
+                except (ConnectionLost, TimeoutError) as e:
+                    if attempt == 0 and self._reconnect({}):
+                        continue
+                    self._lost()
+                    raise SandboxDied(
+                        f"the sandbox stopped answering ({e}); the next call starts a fresh one"
+                    ) from None
+            if reply.get("type") == "error":
+                raise ProtocolError(str(reply.get("message")), str(reply.get("code")))
+            return reply
+
+    def read_file(self, path: str, limit: int | None = None) -> FileContent:
+        """Read a file in the container (bounded); missing or binary files come back with `.error`."""
+        frame: dict[str, Any] = {"type": "read", "path": path}
+        if limit:
+            frame["limit"] = limit
+        return FileContent.from_frame(self._request(frame))
+
+    def write_file(self, path: str, content: str, append: bool = False) -> int:
+        """Write (or append to) a file in the container; returns its size."""
+        reply = self._request({"type": "write", "path": path, "content": content, "append": append})
+        if reply.get("error"):
+            raise SandboxError(f"cannot write {path}: {reply['error']}")
+        return int(reply.get("size") or 0)
+
+    def state(self) -> ModelState:
+        """The model's goal, /app/system.md and /app/config.json, in one round trip."""
+        return ModelState.from_frame(self._request({"type": "state"}))
+
+    def ping(self) -> float:
+        """Round-trip time to the agent, in seconds."""
+        start = time.perf_counter()
+        self._request({"type": "ping"})
+        return time.perf_counter() - start
+
+
+def _result(command: str, f: dict[str, Any]) -> Result:
+    return Result(
+        command=command,
+        return_code=f.get("exit_code"),
+        error=f.get("error"),
+        notice=f.get("notice"),
+        timed_out=bool(f.get("timed_out")),
+        interrupted=bool(f.get("interrupted")),
+        restarted=bool(f.get("restarted")),
+        output_limited=bool(f.get("output_limited")),
+        truncated=bool(f.get("truncated")),
+        syntax_error=bool(f.get("syntax_error")),
+        signal=f.get("signal"),
+        spill_path=f.get("spill_path"),
+        output_bytes=int(f.get("output_bytes") or 0),
+        duration=float(f.get("duration") or 0.0),
+        user=str(f.get("user") or "root"),
+        host=str(f.get("host") or "sandbox"),
+        cwd=str(f.get("cwd") or "/"),
+        tail=f.get("tail") or "",
+    )
+
+
+def _with_output(result: Result, collector: OutputCollector) -> Result:
+    import dataclasses
+
+    tail = result.tail if result.truncated else None
+    return dataclasses.replace(result, output=collector.text(tail), stderr_tail=collector.stderr_tail)
+
+
+def _token(nbytes: int) -> str:
+    import secrets
+
+    return secrets.token_hex(nbytes)
+
+
+__all__ = ["Event", "Sandbox", "runtime_dir"]

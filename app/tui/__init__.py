@@ -1,0 +1,1 @@
+"""The Textual terminal UI (the only part of sandshell that imports Textual)."""

@@ -1,0 +1,66 @@
+"""Start the agent: `python3 -m sandshell_agent --unix PATH | --tcp HOST:PORT`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+
+from .server import Agent, Config
+
+
+def listen(args: argparse.Namespace, cfg: Config) -> socket.socket:
+    if args.unix:
+        try:
+            os.unlink(args.unix)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(args.unix)
+        finally:
+            os.umask(old)
+        if cfg.owner is not None and os.geteuid() == 0:
+            # Only the host user who owns the session may connect (plus root).
+            os.chown(args.unix, *cfg.owner)
+        os.chmod(args.unix, 0o600)
+    else:
+        host, _, port = args.tcp.rpartition(":")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host or "0.0.0.0", int(port)))
+    sock.listen(8)
+    sock.setblocking(False)
+    return sock
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="sandshell-agent")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--unix", help="listen on this unix socket path")
+    where.add_argument("--tcp", help="listen on HOST:PORT")
+    args = parser.parse_args()
+    cfg = Config(dict(os.environ))
+    # The token and the agent's settings never reach the model's shell.
+    for key in [k for k in os.environ if k.startswith("SANDSHELL_")]:
+        del os.environ[key]
+    if not cfg.token:
+        sys.exit("sandshell-agent: SANDSHELL_TOKEN is not set; refusing to start without a session token")
+    sock = listen(args, cfg)
+    agent = Agent(sock, cfg)
+
+    def stop(_sig: int, _frame: object) -> None:
+        agent.shell.kill()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"sandshell-agent ready on {args.unix or args.tcp}", flush=True)
+    agent.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

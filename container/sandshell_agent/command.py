@@ -1,0 +1,164 @@
+"""One running command: its output accounting (stream cap, spill file, tail) and its kill phases."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import time
+from typing import Any
+
+CHUNK_CHARS = 16 * 1024
+FLUSH_SECONDS = 0.05
+TAIL_BYTES = 8 * 1024
+
+
+class Limits:
+    """Per-command output bounds, from the agent's environment."""
+
+    def __init__(self, stream: int, spill: int, spill_dir: str) -> None:
+        self.stream = stream  # bytes streamed live to the host; 0 = unlimited
+        self.spill = spill  # bytes kept in the spill file before the command is stopped; 0 = no cap
+        self.spill_dir = spill_dir
+
+
+class Command:
+    """Accounting for one command; the server feeds it bytes and asks it for frames."""
+
+    def __init__(self, cid: str, timeout: float, before: set[int], limits: Limits) -> None:
+        self.id = cid
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        self.before = before
+        self.limits = limits
+        self.seq = 0
+        self.total = 0
+        self.streamed = 0
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.spill_path: str | None = None
+        self._spill: Any = None
+        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
+        self.pending: list[tuple[str, str]] = []  # (stream, text) in arrival order
+        self.pending_chars = 0
+        self.pending_since: float | None = None
+        self.timed_out = False
+        self.interrupted = False
+        self.output_limited = False
+        self.phase: str | None = None  # None, "term", "kill", "wedged"
+        self.phase_deadline = 0.0
+
+    # -- output ------------------------------------------------------------------------------
+    def feed(self, stream: str, data: bytes) -> None:
+        """Account for bytes read from the command's stdout or stderr."""
+        self.total += len(data)
+        self.tail += data
+        if len(self.tail) > TAIL_BYTES:
+            del self.tail[: len(self.tail) - TAIL_BYTES]
+        live = data
+        limit = self.limits.stream
+        if limit:
+            room = max(0, limit - self.streamed)
+            live = data[:room]
+            self.head += live
+            if len(data) > room:
+                self._to_spill(data[room:])
+        self.streamed += len(live)
+        if live:
+            text = self.decoders[stream].decode(live)
+            if text:
+                self._queue(stream, text)
+        if self.limits.spill and self.total > self.limits.stream + self.limits.spill:
+            self.output_limited = True
+
+    def _queue(self, stream: str, text: str) -> None:
+        if self.pending_since is None:
+            self.pending_since = time.monotonic()
+        if self.pending and self.pending[-1][0] == stream:
+            self.pending[-1] = (stream, self.pending[-1][1] + text)
+        else:
+            self.pending.append((stream, text))
+        self.pending_chars += len(text)
+
+    def _to_spill(self, data: bytes) -> None:
+        if self._spill is None:
+            os.makedirs(self.limits.spill_dir, exist_ok=True)
+            self.spill_path = os.path.join(self.limits.spill_dir, f"{_safe(self.id)}.log")
+            self._spill = open(self.spill_path, "wb")  # noqa: SIM115 - kept open while output flows
+            self._spill.write(self.head)
+        if self.limits.spill and self._spill.tell() >= self.limits.stream + self.limits.spill:
+            return
+        self._spill.write(data)
+
+    def flush_due(self, now: float) -> bool:
+        if self.pending_since is None:
+            return False
+        return now - self.pending_since >= FLUSH_SECONDS or self.pending_chars >= CHUNK_CHARS
+
+    def frames(self, final: bool = False) -> list[dict[str, Any]]:
+        """Drain queued text into output frames in arrival order, at most CHUNK_CHARS each."""
+        if final:
+            for stream, dec in self.decoders.items():
+                rest = dec.decode(b"", final=True)
+                if rest:
+                    self._queue(stream, rest)
+        out: list[dict[str, Any]] = []
+        for stream, text in self.pending:
+            for start in range(0, len(text), CHUNK_CHARS):
+                self.seq += 1
+                out.append(
+                    {
+                        "type": "output",
+                        "id": self.id,
+                        "seq": self.seq,
+                        "stream": stream,
+                        "data": text[start : start + CHUNK_CHARS],
+                    }
+                )
+        self.pending = []
+        self.pending_chars = 0
+        self.pending_since = None
+        return out
+
+    # -- the end -----------------------------------------------------------------------------
+    def result(self, exit_code: int | None, cwd: str, user: str, host: str, **extra: Any) -> dict[str, Any]:
+        if self._spill is not None:
+            self._spill.close()
+        truncated = bool(self.limits.stream) and self.total > self.limits.stream
+        frame: dict[str, Any] = {
+            "type": "exit",
+            "id": self.id,
+            "exit_code": exit_code,
+            "signal": None,
+            "timed_out": self.timed_out,
+            "interrupted": self.interrupted,
+            "output_limited": self.output_limited,
+            "restarted": False,
+            "duration": round(time.monotonic() - self.started, 4),
+            "output_bytes": self.total,
+            "truncated": truncated,
+            "spill_path": self.spill_path,
+            "tail": self.tail.decode("utf-8", errors="replace") if truncated else None,
+            "last_seq": self.seq,
+            "user": user,
+            "host": host,
+            "cwd": cwd,
+            "error": None,
+        }
+        frame.update(extra)
+        if exit_code is not None and exit_code > 128 and frame["signal"] is None:
+            frame["signal"] = _signal_name(exit_code - 128)
+        return frame
+
+
+def _safe(cid: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in cid)[:64] or "cmd"
+
+
+def _signal_name(num: int) -> str | None:
+    import signal
+
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return None

@@ -1,0 +1,67 @@
+"""Shared fixtures: real Docker, one sandbox per module where tests do not break it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from app import config, engine
+from app.config import Settings
+from app.sandbox import Sandbox
+
+
+def _base_settings(**changes: object) -> Settings:
+    s = config.load(env_file=None, environ={})
+    return s.replace(**changes)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    # In CI a missing engine is a failure, not a skip: engine.client() raises.
+    return engine.client()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return _base_settings(exit_timeout=3.0, kill_grace=0.5)
+
+
+@pytest.fixture(scope="module")
+def shared_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("shared") / "workspace"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture(scope="module")
+def sb(shared_workspace: Path) -> Iterator[Sandbox]:
+    """A sandbox shared by a module's tests (each test must leave it usable)."""
+    with Sandbox(workspace=shared_workspace, settings=_base_settings(exit_timeout=3.0, kill_grace=0.5)) as box:
+        yield box
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]:
+    """After the whole suite, no container labelled sandshell.session may remain."""
+    yield
+    left = docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+    names = [c.name for c in left]
+    for c in left:
+        c.remove(force=True)
+    assert not names, f"containers left behind: {names}"
+
+
+def pytest_report_header() -> str:
+    return f"docker: {shutil.which('docker')}, CI={os.environ.get('CI', '')}"

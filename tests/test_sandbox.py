@@ -1,0 +1,259 @@
+"""The sandbox against a real Docker engine: shell semantics, streaming, limits and faults."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from app.protocol import Output
+from app.sandbox import Sandbox
+
+GRACE = 4.0  # seconds past the timeout a killed command may take to come back
+
+
+def test_cwd_env_and_functions_persist(sb: Sandbox) -> None:
+    sb.execute("cd /tmp && export GREETING='hello world' && greet() { echo \"hi $1\"; }")
+    r = sb.execute('pwd; echo "$GREETING"; greet you')
+    assert r.output == "/tmp\nhello world\nhi you\n"
+    assert r.cwd == "/tmp"
+    sb.execute("cd /app")
+
+
+def test_exit_codes_and_prompt_facts(sb: Sandbox) -> None:
+    assert sb.execute("true").return_code == 0
+    r = sb.execute("(exit 7)")
+    assert r.return_code == 7
+    assert r.prompt() == "7 root@sandbox:/app #"
+    assert sb.execute("ls /nonexistent").return_code == 2
+
+
+def test_stderr_is_told_apart_and_kept(sb: Sandbox) -> None:
+    events = list(sb.stream("echo out; echo err >&2"))
+    outputs = [e for e in events if isinstance(e, Output)]
+    assert {(e.stream, e.data) for e in outputs} == {("stdout", "out\n"), ("stderr", "err\n")}
+    result = sb.execute("echo oops >&2; false")
+    assert result.stderr_tail == "oops\n" and result.return_code == 1
+
+
+def test_output_streams_before_the_command_ends(sb: Sandbox) -> None:
+    start = time.monotonic()
+    arrivals: list[tuple[float, str]] = []
+    for event in sb.stream("echo first; sleep 1.5; echo second", timeout=5):
+        if isinstance(event, Output):
+            arrivals.append((time.monotonic() - start, event.data))
+    assert [d for _, d in arrivals] == ["first\n", "second\n"]
+    assert arrivals[0][0] < 1.0, arrivals  # the first line came long before the end
+    assert arrivals[1][0] >= 1.4
+
+
+def test_chunks_come_in_order(sb: Sandbox) -> None:
+    seqs = [e.seq for e in sb.stream("seq 1 20000") if isinstance(e, Output)]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert sb.execute("seq 1 20000").output == "".join(f"{i}\n" for i in range(1, 20001))
+
+
+TRICKY = [
+    'echo "double \\"quoted\\"" \'single\' \\\\backslash',
+    "echo `echo backtick` $(echo dollar-paren) $((6*7))",
+    "printf '%s\\n' 'it'\"'\"'s' \"a\\tb\"",
+    "cat <<'EOF'\nliteral $HOME `x` \"q\" \\\nEOF",
+    "cat <<EOF\nexpanded ${HOME}\nEOF",
+    "find /etc -maxdepth 1 -name 'host*' -exec echo {} \\; | sort",
+    "echo 'ünïcødé ✓ 日本'",
+    "a=1\nb=2\necho $((a+b))",
+    "echo '{\"json\": [1, 2]}' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"json\"])'",
+]
+
+
+@pytest.mark.parametrize("command", TRICKY)
+def test_tricky_commands_reach_bash_byte_for_byte(sb: Sandbox, command: str) -> None:
+    sb.write_file("/tmp/expected.sh", command)
+    expected = sb.execute("bash /tmp/expected.sh")
+    got = sb.execute(command)
+    assert got.return_code == 0, got
+    assert got.output == expected.output
+
+
+def test_stdin_is_at_eof(sb: Sandbox) -> None:
+    start = time.monotonic()
+    r = sb.execute('cat; read x; echo "read=$?"; python3; echo done', timeout=10)
+    assert r.output == "read=1\ndone\n"
+    assert time.monotonic() - start < 3
+
+
+@pytest.mark.parametrize("command", ["vim /tmp/x", "less /etc/passwd | head -1", "top -n 1 | head -1", "nano x"])
+def test_interactive_programs_do_not_hang(sb: Sandbox, command: str) -> None:
+    start = time.monotonic()
+    r = sb.execute(command, timeout=3)
+    assert time.monotonic() - start < 3 + GRACE
+    assert sb.execute("echo alive").output == "alive\n"
+    assert not r.lost
+
+
+def test_git_log_does_not_page(sb: Sandbox) -> None:
+    r = sb.execute(
+        "rm -rf /tmp/repo && git init -q /tmp/repo && cd /tmp/repo && git -c user.email=a@b -c user.name=a "
+        "commit -q --allow-empty -m first && git log --oneline | wc -l; cd /app",
+        timeout=10,
+    )
+    assert r.output.strip().endswith("1"), r
+
+
+def test_syntax_error_comes_back_at_once(sb: Sandbox) -> None:
+    start = time.monotonic()
+    r = sb.execute('echo "unterminated; echo never')
+    assert time.monotonic() - start < 1.0
+    assert r.syntax_error and r.return_code == 2
+    assert "unexpected EOF" in r.output
+    assert sb.execute("echo ok").output == "ok\n"
+
+
+def test_a_syntax_error_runs_nothing(sb: Sandbox) -> None:
+    sb.execute("rm -f /tmp/marker")
+    sb.execute('touch /tmp/marker; echo "open')
+    assert sb.execute("test -e /tmp/marker").return_code == 1
+
+
+KILLED = [
+    "while :; do :; done",
+    "sleep 600",
+    "sleep 300 & sleep 300",
+    "trap '' TERM; sleep 300",
+    "bash -c 'trap \"\" TERM; while :; do sleep 1; done'",
+    "setsid sleep 500 & sleep 500",
+    "exec sleep 100",
+]
+
+
+@pytest.mark.parametrize("command", KILLED)
+def test_timeouts_kill_the_whole_tree_and_the_shell_lives(sb: Sandbox, command: str) -> None:
+    sb.execute("cd /tmp && export KEEP=kept")
+    start = time.monotonic()
+    r = sb.execute(command, timeout=2)
+    elapsed = time.monotonic() - start
+    assert r.timed_out, r
+    assert elapsed < 2 + GRACE, elapsed
+    after = sb.execute("echo $KEEP; pwd; ps -eo comm= | grep -c '^sleep$' || true")
+    assert after.output.split() == ["kept", "/tmp", "0"], after
+    sb.execute("cd /app")
+
+
+def test_fork_bomb_is_contained(sb: Sandbox) -> None:
+    start = time.monotonic()
+    r = sb.execute("bomb() { bomb | bomb & }; bomb", timeout=3)
+    assert time.monotonic() - start < 3 + GRACE + 5
+    assert r.timed_out or r.return_code is not None
+    deadline = time.monotonic() + 10
+    while True:  # the agent's watchdog kills a bomb that runs on in the background
+        out = sb.execute("echo count=$(ps -e --no-headers | wc -l)").output
+        found = re.findall(r"count=(\d+)", out)
+        count = int(found[-1]) if found else 999
+        if count < 20 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert count < 20
+    assert "survived" in sb.execute("echo survived", timeout=10).output
+
+
+def test_memory_hog_is_killed_agent_lives(sb: Sandbox) -> None:
+    r = sb.execute("python3 -c 'x = bytearray(10 * 1024**3)'", timeout=10)
+    assert r.return_code != 0
+    assert sb.execute("echo alive").output == "alive\n"
+
+
+@pytest.mark.parametrize("command", ["yes", "yes >&2", "head -c 5M /dev/urandom", "head -c 50M /dev/zero | tr '\\0' x"])
+def test_floods_are_capped_with_head_tail_and_spill(sb: Sandbox, command: str) -> None:
+    start = time.monotonic()
+    r = sb.execute(command, timeout=3)
+    assert time.monotonic() - start < 3 + GRACE
+    assert r.truncated and r.spill_path and r.spill_path.startswith("/app/.sandshell/output/")
+    assert len(r.output) < 300 * 1024
+    assert r.output_bytes > 1024 * 1024
+    size = int(sb.execute(f"stat -c %s {r.spill_path}").output)
+    assert size > 1024 * 1024
+    assert sb.execute("echo ok").output == "ok\n"
+
+
+def test_invalid_utf8_becomes_replacement_chars(sb: Sandbox) -> None:
+    r = sb.execute("printf 'a\\xffb\\xe2\\x9c\\x93c\\n'")
+    assert r.output == "a\ufffdb✓c\n"
+
+
+def test_multibyte_char_split_across_chunks(sb: Sandbox) -> None:
+    r = sb.execute(
+        "python3 -c \"import sys,time; o=sys.stdout.buffer; o.write(b'x\\xe2'); o.flush(); "
+        "time.sleep(0.2); o.write(b'\\x9c\\x93y'); o.flush()\""
+    )
+    assert r.output == "x✓y"
+
+
+def test_exit_and_exec_restart_the_shell_with_state(sb: Sandbox) -> None:
+    sb.execute("cd /srv && export SURVIVES=yes")
+    r = sb.execute("exit 3")
+    assert r.return_code == 3 and r.restarted
+    assert sb.execute("pwd; echo $SURVIVES").output == "/srv\nyes\n"
+    r = sb.execute("kill -9 $$")
+    assert r.restarted and r.signal == "SIGKILL"
+    assert sb.execute("pwd").output == "/srv\n"
+    sb.execute("cd /app")
+
+
+def test_background_server_returns_at_once_and_is_reachable(sb: Sandbox) -> None:
+    start = time.monotonic()
+    r = sb.execute("python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &")
+    assert r.return_code == 0 and time.monotonic() - start < 1.5
+    r = sb.execute(
+        "for i in $(seq 50); do curl -s -o /dev/null -w '%{http_code}' 127.0.0.1:8123 && break; sleep 0.1; done"
+    )
+    assert r.output.endswith("200"), r
+    sb.execute("pkill -f 'http.server 8123'")
+
+
+def test_files_and_state(sb: Sandbox) -> None:
+    sb.write_file("/app/goal", "count to three")
+    sb.write_file("/app/system.md", "be brief")
+    sb.write_file("/app/config.json", '{"temperature": 0.5}')
+    state = sb.state()
+    assert (state.goal.content, state.system.content, state.config.content) == (
+        "count to three",
+        "be brief",
+        '{"temperature": 0.5}',
+    )
+    assert sb.read_file("/nope").error == "missing"
+    assert sb.read_file("/app").error == "is a directory"
+    sb.execute("head -c 100 /dev/urandom > /tmp/bin; printf 'x\\0y' >> /tmp/bin")
+    assert sb.read_file("/tmp/bin").error == "binary file"
+    sb.write_file("rel.txt", "relative")  # relative paths resolve against the shell's cwd
+    assert sb.execute("cat /app/rel.txt").output == "relative"
+
+
+def test_workspace_files_belong_to_the_workspace_owner(sb: Sandbox, shared_workspace: Path) -> None:
+    sb.execute("mkdir -p /app/made/deep && echo x > /app/made/deep/file")
+    st = shared_workspace.stat()
+    made = shared_workspace / "made" / "deep" / "file"
+    assert made.stat().st_uid == st.st_uid and made.stat().st_gid == st.st_gid
+
+
+def test_host_environment_does_not_leak(sb: Sandbox) -> None:
+    os.environ["SANDSHELL_HOST_SECRET"] = "leak"
+    env = sb.execute("env").output
+    assert "SANDSHELL" not in env and "leak" not in env
+    assert "PAGER=cat" in env and "GIT_TERMINAL_PROMPT=0" in env
+
+
+def test_interrupt_stops_the_running_command(sb: Sandbox) -> None:
+    import threading
+
+    timer = threading.Timer(0.5, sb.interrupt)
+    timer.start()
+    start = time.monotonic()
+    r = sb.execute("sleep 60", timeout=30)
+    assert r.interrupted and time.monotonic() - start < 5
+
+
+def test_ping_is_fast(sb: Sandbox) -> None:
+    assert sb.ping() < 0.5

@@ -1,0 +1,179 @@
+"""Faults between host, container and agent; profiles, transports and workspace modes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from app.config import Settings
+from app.connection import Connection
+from app.errors import ProtocolError
+from app.protocol import Output, Result
+from app.sandbox import Sandbox
+
+
+def _events(sb: Sandbox, command: str, timeout: float) -> tuple[list[Output], Result]:
+    outputs: list[Output] = []
+    for e in sb.stream(command, timeout=timeout):
+        if isinstance(e, Output):
+            outputs.append(e)
+        else:
+            return outputs, e
+    raise AssertionError("no result")
+
+
+def test_docker_kill_mid_command_is_reported_fast_and_next_command_runs_fresh(
+    workspace: Path, settings: Settings, docker_client: docker.DockerClient
+) -> None:
+    with Sandbox(workspace=workspace, settings=settings.replace(exit_timeout=60)) as sb:
+        first = sb.container.id
+        threading.Timer(0.7, lambda: docker_client.containers.get(first).kill()).start()
+        start = time.monotonic()
+        _, result = _events(sb, "sleep 50", timeout=60)
+        assert result.lost and "died" in (result.error or "")
+        assert time.monotonic() - start < 8  # said within seconds, not at the 60 s timeout
+        again = sb.execute("echo fresh")
+        assert again.output == "fresh\n" and sb.container.id != first
+
+
+def test_killing_the_agent_from_inside(workspace: Path, settings: Settings) -> None:
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        result = sb.execute("kill -9 $PPID; sleep 5", timeout=10)
+        assert result.lost
+        assert sb.execute("echo back").output == "back\n"
+
+
+def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Settings) -> None:
+    s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0)
+    with Sandbox(workspace=workspace, settings=s) as sb:
+        seqs: list[int] = []
+        dropped = False
+        result = None
+        for event in sb.stream("yes | head -c 30000000", timeout=20):
+            if isinstance(event, Output):
+                seqs.append(event.seq)
+                if len(seqs) == 50 and not dropped:
+                    assert sb.conn is not None and sb.conn.sock is not None
+                    sb.conn.sock.shutdown(socket.SHUT_RDWR)
+                    dropped = True
+            else:
+                result = event
+        assert dropped and result is not None
+        assert result.return_code == 0 and not result.lost
+        assert seqs == sorted(seqs)
+        assert sb.execute("echo after").output == "after\n"
+
+
+@pytest.fixture
+def raw_agent(workspace: Path, settings: Settings):  # type: ignore[no-untyped-def]
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        yield sb
+
+
+def _raw(sb: Sandbox) -> socket.socket:
+    assert sb.conn is not None
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(sb.conn.address)  # type: ignore[arg-type]
+    return s
+
+
+def _reply(s: socket.socket) -> dict[str, object]:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return json.loads(buf.splitlines()[0]) if buf else {}
+
+
+def test_wrong_token_is_refused(raw_agent: Sandbox) -> None:
+    conn = Connection(raw_agent.conn.address, "not-the-token")  # type: ignore[union-attr]
+    with pytest.raises(ProtocolError, match="wrong session token"):
+        conn.open()
+    assert raw_agent.execute("echo still").output == "still\n"
+
+
+def test_frames_before_hello_are_refused(raw_agent: Sandbox) -> None:
+    s = _raw(raw_agent)
+    s.sendall(b'{"type":"run","id":"x","command":"touch /tmp/pwned"}\n')
+    assert _reply(s)["code"] == "unauthenticated"
+    assert raw_agent.execute("test -e /tmp/pwned").return_code == 1
+
+
+def test_malformed_and_oversized_frames_get_errors_and_agent_stays_up(raw_agent: Sandbox) -> None:
+    conn = raw_agent.conn
+    assert conn is not None
+    conn.send_raw(b"this is not json\n")
+    assert conn.recv(time.monotonic() + 5)["code"] == "malformed"
+    conn.send_raw(b'["a list"]\n')
+    assert conn.recv(time.monotonic() + 5)["code"] == "malformed"
+    conn.send_raw(b'{"type":"run","id":"big","command":"' + b"x" * (5 * 1024 * 1024) + b'"}\n')
+    assert conn.recv(time.monotonic() + 10)["code"] == "too_large"
+    conn.send_raw(b'{"type":"teleport","id":"t"}\n')
+    assert conn.recv(time.monotonic() + 5)["code"] == "unknown_type"
+    conn.send_raw(b'{"type":"run","id":7}\n')
+    assert conn.recv(time.monotonic() + 5)["code"] == "bad_request"
+    assert raw_agent.execute("echo fine").output == "fine\n"
+
+
+def test_tcp_transport(workspace: Path, settings: Settings) -> None:
+    with Sandbox(workspace=workspace, settings=settings.replace(transport="tcp")) as sb:
+        assert isinstance(sb.conn.address, tuple) and sb.conn.address[0] == "127.0.0.1"  # type: ignore[union-attr]
+        assert sb.execute("cd /tmp; echo tcp").output == "tcp\n"
+        assert sb.execute("pwd").output == "/tmp\n"
+
+
+def test_read_only_workspace(workspace: Path, settings: Settings) -> None:
+    (workspace / "keep.txt").write_text("original")
+    with Sandbox(workspace=workspace, settings=settings.replace(workspace_mode="ro")) as sb:
+        assert sb.execute("cat /app/keep.txt").output == "original"
+        assert sb.execute("echo changed > /app/keep.txt").return_code != 0
+        r = sb.execute("yes | head -c 3000000")
+        assert r.truncated and r.spill_path and r.spill_path.startswith("/tmp/")
+    assert (workspace / "keep.txt").read_text() == "original"
+
+
+def test_copied_workspace_never_touches_the_host(workspace: Path, settings: Settings) -> None:
+    (workspace / "keep.txt").write_text("original")
+    with Sandbox(workspace=workspace, settings=settings.replace(workspace_mode="copy")) as sb:
+        assert sb.execute("cat /app/keep.txt").output == "original"
+        assert sb.execute("echo changed > /app/keep.txt && touch /app/new && cat /app/keep.txt").output == "changed\n"
+    assert (workspace / "keep.txt").read_text() == "original"
+    assert not (workspace / "new").exists()
+
+
+def test_failed_start_leaves_nothing(workspace: Path, settings: Settings, docker_client: docker.DockerClient) -> None:
+    bad = settings.replace(memory="not-a-size")
+    before = {c.id for c in docker_client.containers.list(all=True, filters={"label": "sandshell.session"})}
+    with pytest.raises(Exception, match=r"(?i)sandbox|memory|invalid"), Sandbox(workspace=workspace, settings=bad):
+        pass
+    after = {c.id for c in docker_client.containers.list(all=True, filters={"label": "sandshell.session"})}
+    assert after <= before
+
+
+def test_missing_workspace_is_one_clear_sentence(tmp_path: Path, settings: Settings) -> None:
+    with pytest.raises(Exception, match=r"does not exist; run \./reset\.sh"), Sandbox(tmp_path / "nope", settings):
+        pass
+
+
+def test_locked_profile(workspace: Path, settings: Settings) -> None:
+    import os
+
+    os.chown(workspace, 1000, 1000)
+    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+        assert sb.execute("id -u").output.strip() == "1000"
+        assert sb.execute("touch /etc/x").return_code != 0  # read-only root
+        assert sb.execute("touch /tmp/x && echo > /app/mine && echo ok").output.endswith("ok\n")
+        assert sb.execute("cat /sys/class/net/*/operstate | wc -l").output.strip() == "1"  # only lo
+        assert sb.execute("curl -s -m 3 http://1.1.1.1 >/dev/null").return_code != 0
+        assert sb.execute("cd /tmp && export A=1").return_code == 0
+        assert sb.execute("echo $A; pwd").output == "1\n/tmp\n"
+    assert (workspace / "mine").stat().st_uid == 1000
