@@ -1,0 +1,112 @@
+"""How a user steers a running session from another thread: pause, step, approve, hint, take over, quit."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.actions import Action
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The user's answer to an approval request."""
+
+    verdict: str  # approve, edit, reject
+    action: Action | None = None  # the edited action, for edit
+    reason: str = ""  # for reject
+
+
+class Control:
+    """Thread-safe switches the session checks between steps."""
+
+    def __init__(self, approval: bool = False) -> None:
+        self.approval = approval
+        self._running = threading.Event()
+        self._running.set()
+        self._step = threading.Event()
+        self._quit = threading.Event()
+        self._hints: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._decisions: queue.SimpleQueue[Decision] = queue.SimpleQueue()
+        self._wake = threading.Condition()
+        self.on_quit: list[Callable[[], None]] = []  # e.g. the sandbox's interrupt
+
+    # -- called by the UI ----------------------------------------------------------------------
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+        self._poke()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def step(self) -> None:
+        """Let one turn run while paused."""
+        self._step.set()
+        self._poke()
+
+    def quit(self) -> None:
+        self._quit.set()
+        self._running.set()
+        self._decisions.put(Decision("reject", reason="the user quit"))
+        self._poke()
+        for hook in list(self.on_quit):
+            hook()
+
+    def hint(self, text: str) -> None:
+        self._hints.put(text)
+
+    def take_over(self, command: str) -> None:
+        """Run `command` in the sandbox as the user; the model sees it and its output."""
+        self._commands.put(command)
+        self._poke()
+
+    def decide(self, decision: Decision) -> None:
+        self._decisions.put(decision)
+
+    def _poke(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
+
+    # -- called by the session -----------------------------------------------------------------
+    @property
+    def quitting(self) -> bool:
+        return self._quit.is_set()
+
+    def next_move(self, timeout: float = 0.25) -> str:
+        """What the session should do now: "quit", "commands" (the user typed some), "turn" or "idle"."""
+        with self._wake:
+            for _ in range(2):
+                if self._quit.is_set():
+                    return "quit"
+                if not self._commands.empty():
+                    return "commands"
+                if self._running.is_set() or self._step.is_set():
+                    self._step.clear()
+                    return "turn"
+                self._wake.wait(timeout)
+        return "idle"
+
+    def user_commands(self) -> list[str]:
+        return _drain(self._commands)
+
+    def hints(self) -> list[str]:
+        return _drain(self._hints)
+
+    def await_decision(self) -> Decision:
+        return self._decisions.get()
+
+
+def _drain(q: queue.SimpleQueue[str]) -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out

@@ -1,0 +1,129 @@
+"""What a session emits, as it happens. Sinks (the TUI, the headless runner, the recorder) consume them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.actions import Action
+from app.model import Stats
+from app.protocol import Result
+
+
+@dataclass(frozen=True)
+class SessionStarted:
+    session_id: str
+    model: str
+    profile: str
+    workspace: str
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StateRead:
+    """The model's world as read before a turn; `changed` names what differs from last turn."""
+
+    goal: str
+    system: str
+    config: str
+    changed: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigChanged:
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    turn: int
+    prompt_tokens: int
+    limit: int
+    n_ctx: int
+    dropped_turns: int
+
+
+@dataclass(frozen=True)
+class ModelText:
+    """A chunk of the model's answer as it is generated."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ModelReplied:
+    text: str
+    actions: tuple[Action, ...]
+    error: str | None
+    stats: Stats
+
+
+@dataclass(frozen=True)
+class ActionStarted:
+    action: Action
+    prompt: str  # the shell prompt before it, e.g. "0 root@sandbox:/app #"
+    by_user: bool = False
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    stream: str
+    data: str
+
+
+@dataclass(frozen=True)
+class ActionFinished:
+    action: Action
+    summary: str  # one line: how it ended
+    result: Result | None = None
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know: a warning, an error, a hint delivered, a stuck model."""
+
+    level: str  # info, warning, error
+    text: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What the session is doing: thinking, running, paused, approval, done."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    status: str  # done, max_steps, timeout, stuck, quit, error
+    result: str | None
+    error: str | None
+    turns: int
+    seconds: float
+    log_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Event = (
+    SessionStarted
+    | StateRead
+    | ConfigChanged
+    | TurnStarted
+    | ModelText
+    | ModelReplied
+    | ActionStarted
+    | OutputChunk
+    | ActionFinished
+    | Notice
+    | Phase
+    | SessionEnded
+)
+
+
+class Sink(Protocol):
+    """Receives every event, in order, on the session's thread; must return quickly."""
+
+    def emit(self, event: Event) -> None: ...

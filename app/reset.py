@@ -1,0 +1,87 @@
+"""Resetting the workspace: archive the old one (nothing is lost), then lay out the starter files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from app import config
+from app.config import Settings
+from app.errors import SandshellError
+from app.genconfig import STARTER
+
+STARTER_SYSTEM = """# My own instructions
+I may rewrite this file to remember what I learn about this machine and how to reach my goal.
+"""
+KEEP = {".gitkeep"}
+
+
+def _say(message: str) -> None:
+    print(f"sandshell: {message}", file=sys.stderr, flush=True)
+
+
+def init_workspace(settings: Settings) -> Path:
+    """Create the workspace with its starter files where they are missing."""
+    ws = settings.path(settings.workspace)
+    ws.mkdir(parents=True, exist_ok=True)
+    starters = {
+        "goal": settings.default_goal.rstrip() + "\n",
+        "system.md": STARTER_SYSTEM,
+        "config.json": json.dumps(STARTER, indent=2) + "\n",
+    }
+    for name, text in starters.items():
+        if not (ws / name).exists() and not (ws / name).is_symlink():
+            (ws / name).write_text(text, encoding="utf-8")
+    return ws
+
+
+def archive(ws: Path, dest: Path) -> Path:
+    """Write `ws` into a timestamped .tar.gz under `dest` (symlinks kept as links, never followed)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"workspace-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
+    n = 1
+    while path.exists():
+        path = dest / f"workspace-{time.strftime('%Y%m%d-%H%M%S')}-{n}.tar.gz"
+        n += 1
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(ws, arcname="workspace")
+    return path
+
+
+def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
+    settings = settings or config.load()
+    ws = settings.path(settings.workspace)
+    if not assume_yes:
+        if not sys.stdin.isatty():
+            raise SandshellError("reset asks before it archives the workspace; pass --yes when not in a terminal")
+        answer = input(f"Reset {ws}? The current workspace is archived first. [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            _say("nothing changed")
+            return 1
+    if ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
+        try:
+            saved = archive(ws, settings.path("workspace-archive"))
+        except OSError as e:
+            raise SandshellError(f"cannot archive the workspace ({e.strerror or e}); nothing was changed") from None
+        _say(f"the old workspace is kept in {saved}")
+        for entry in ws.iterdir():
+            if entry.name in KEEP:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    init_workspace(settings)
+    _say(f"workspace {ws} is fresh: goal, system.md and config.json written")
+    try:
+        from app import engine
+
+        for name in engine.reap(engine.client()):
+            _say(f"removed leftover container {name}")
+    except SandshellError as e:
+        _say(f"leftover containers were not checked: {e}")
+    return 0

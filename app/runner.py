@@ -1,0 +1,125 @@
+"""Putting a session together (one factory for the TUI, headless runs and tests), and `run_task`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app import config
+from app.config import Settings
+from app.control import Control
+from app.errors import SandshellError
+from app.events import Event, ModelReplied, ModelText, SessionEnded, Sink
+from app.model import Backend, Model, make_backend
+from app.recorder import Recorder
+from app.sandbox import Sandbox
+from app.session import Outcome, Session, session_dir
+from app.transcript import render
+
+LOG_LINES = 400
+
+
+@dataclass
+class Parts:
+    """A ready session and what it is made of."""
+
+    session: Session
+    sandbox: Sandbox
+    recorder: Recorder
+
+
+def new_session_id() -> str:
+    import secrets
+
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+@contextmanager
+def open_session(
+    settings: Settings,
+    sinks: list[Sink],
+    control: Control | None = None,
+    goal: str | None = None,
+    backend: Backend | None = None,
+    log: Any = None,
+) -> Iterator[Parts]:
+    """Load the model, start the sandbox and the recorder; everything is cleaned up on exit."""
+    session_id = new_session_id()
+    say = log or (lambda m: print(f"sandshell: {m}", file=sys.stderr, flush=True))
+    model = Model(backend or make_backend(settings), settings)
+    recorder = Recorder(session_dir(settings, session_id), title=f"sandshell {session_id}")
+    try:
+        with Sandbox(settings=settings, session_id=session_id, log=say) as sandbox:
+            session = Session(settings, sandbox, model, [recorder, *sinks], control, session_id, goal)
+            session.control.on_quit.append(sandbox.interrupt)
+            yield Parts(session, sandbox, recorder)
+    finally:
+        recorder.close()
+
+
+class LineLog:
+    """A sink that keeps the transcript as plain lines (bounded) and can echo them to stderr."""
+
+    def __init__(self, echo: bool = True) -> None:
+        self.echo = echo
+        self.lines: list[str] = []
+        self._partial = ""
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, ModelText):
+            return  # the whole answer comes with ModelReplied, on one line
+        if isinstance(event, ModelReplied):
+            text = "model: " + " ".join(event.text.split())[:600] + "\n" + render(event, color=False).lstrip("\n")
+        else:
+            text = render(event, color=False)
+        if not text:
+            return
+        if self.echo:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        parts = (self._partial + text).split("\n")
+        self._partial = parts.pop()
+        self.lines.extend(parts)
+        if len(self.lines) > LOG_LINES:
+            del self.lines[: len(self.lines) - LOG_LINES]
+
+
+def run_task(
+    task: str,
+    timeout: float = 300.0,
+    max_iterations: int = 20,
+    settings: Settings | None = None,
+    read_only: bool = False,
+    echo: bool = False,
+    backend: Backend | None = None,
+) -> dict[str, Any]:
+    """Run one task headless; returns `{status, result, error, log}` and never raises for user errors."""
+    log = LineLog(echo=echo)
+    try:
+        s = settings or config.load()
+        s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)
+        if read_only:
+            s = s.replace(workspace_mode="ro")
+        with open_session(s, [log], Control(), goal=task, backend=backend, log=log.lines.append) as parts:
+            outcome = parts.session.run()
+            log.lines.insert(0, f"recording: {parts.recorder.folder}")
+    except SandshellError as e:
+        outcome = Outcome("error", error=str(e))
+    except KeyboardInterrupt:
+        outcome = Outcome("quit", error="interrupted")
+    return {"status": outcome.status, "result": outcome.result, "error": outcome.error, "log": log.lines}
+
+
+def print_result(result: dict[str, Any]) -> int:
+    """Print the JSON result on stdout; exit status 0 only when the model finished."""
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0 if result["status"] == "done" else 1
+
+
+__all__ = ["LineLog", "Parts", "Path", "SessionEnded", "open_session", "print_result", "run_task"]

@@ -1,0 +1,335 @@
+"""The session loop: read the model's world, prompt it, stream its answer, run its actions, repeat.
+
+No Textual here: the loop emits events to sinks (the TUI, the headless runner, the recorder).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from app import actions
+from app.actions import Action
+from app.config import ROOT, Settings
+from app.context import Context, Step, Turn, brief_command, cut, observe_command
+from app.control import Control
+from app.errors import SandshellError
+from app.events import (
+    ActionFinished,
+    ActionStarted,
+    ConfigChanged,
+    Event,
+    ModelReplied,
+    ModelText,
+    Notice,
+    OutputChunk,
+    Phase,
+    SessionEnded,
+    SessionStarted,
+    Sink,
+    StateRead,
+    TurnStarted,
+)
+from app.genconfig import ModelConfig
+from app.model import Model, Reply, Stats
+from app.protocol import FileContent, ModelState, Output, Result
+
+INTRO = [
+    Action("read", "/app/goal", comment="first, read my goal"),
+    Action("bash", "pwd && ls -la", comment="look at where I am"),
+]
+OPENING_PROMPT = "0 root@sandbox:/app #"
+MAX_BAD_ANSWERS = 3  # answers in a row that did not parse before the session stops as stuck
+SYSTEM_PART_CHARS = 4000  # of the model's own /app/system.md, and of the goal
+
+
+class SandboxLike(Protocol):
+    def stream(self, command: str, timeout: float | None = None) -> Iterator[Output | Result]: ...
+    def read_file(self, path: str, limit: int | None = None) -> FileContent: ...
+    def write_file(self, path: str, content: str, append: bool = False) -> int: ...
+    def state(self) -> ModelState: ...
+
+
+@dataclass
+class Outcome:
+    """How a session ended: the headless runner's `{status, result, error}`."""
+
+    status: str
+    result: str | None = None
+    error: str | None = None
+    turns: int = 0
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Session:
+    def __init__(
+        self,
+        settings: Settings,
+        sandbox: SandboxLike,
+        model: Model,
+        sinks: list[Sink],
+        control: Control | None = None,
+        session_id: str = "session",
+        goal: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sandbox = sandbox
+        self.model = model
+        self.sinks = sinks
+        self.control = control or Control(approval=settings.approval)
+        self.session_id = session_id
+        self.goal_override = goal
+        self.fixed_system = (ROOT / "system.md").read_text(encoding="utf-8")
+        self.config = ModelConfig(settings.max_tokens)
+        backend = model.backend
+        self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count)
+        self.turns = 0
+        self.prompt_line = "0 root@sandbox:/app #"
+        self.last_state: dict[str, str] = {}
+        self.repeats: list[tuple[str, str, str]] = []
+        self.bad_answers = 0
+        self.finished: str | None = None
+        self.started = time.monotonic()
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        """Run until done, a limit, a stuck model or quit; always ends with SessionEnded."""
+        name = getattr(self.model.backend, "description", self.model.backend.name)
+        self.emit(
+            SessionStarted(
+                self.session_id, name, self.settings.profile, self.settings.workspace, _public(self.settings)
+            )
+        )
+        try:
+            if self.settings.intro:
+                self._intro()
+            outcome = self._loop()
+        except SandshellError as e:
+            outcome = Outcome("error", error=str(e))
+        except KeyboardInterrupt:
+            outcome = Outcome("quit", error="interrupted")
+        outcome.turns, outcome.seconds = self.turns, round(time.monotonic() - self.started, 2)
+        self.emit(Phase("done"))
+        self.emit(SessionEnded(outcome.status, outcome.result, outcome.error, outcome.turns, outcome.seconds))
+        return outcome
+
+    def _loop(self) -> Outcome:
+        while True:
+            if self.finished is not None:
+                return Outcome("done", result=self.finished)
+            stop = self._limit_reached()
+            if stop is not None:
+                return stop
+            move = self.control.next_move()
+            if move == "quit":
+                return Outcome("quit", error="the user quit")
+            if move == "commands":
+                self._user_commands()
+            elif move == "idle":
+                self.emit(Phase("paused"))
+            else:
+                self.turn()
+
+    def _limit_reached(self) -> Outcome | None:
+        s = self.settings
+        if s.max_steps and self.turns >= s.max_steps:
+            return Outcome("max_steps", error=f"the step limit ({s.max_steps}) was reached before the goal")
+        if s.max_seconds and time.monotonic() - self.started >= s.max_seconds:
+            return Outcome("timeout", error=f"the time limit ({s.max_seconds:g}s) was reached before the goal")
+        if s.repeat_limit and len(self.repeats) >= s.repeat_limit and len(set(self.repeats[-s.repeat_limit :])) == 1:
+            return Outcome("stuck", error=f"the model repeated the same action {s.repeat_limit} times in a row")
+        if self.bad_answers >= MAX_BAD_ANSWERS:
+            return Outcome("stuck", error=f"{MAX_BAD_ANSWERS} answers in a row were not valid actions")
+        return None
+
+    def turn(self) -> None:
+        """One turn: state, prompt, answer, actions."""
+        self.turns += 1
+        for hint in self.control.hints():
+            self._hint(hint)
+        params, system = self._read_state()
+        # The opening never changes within a session, so the prompt's prefix (and the KV cache) holds.
+        messages, used = self.context.messages(system, f"Begin. The shell is ready: {OPENING_PROMPT}")
+        self.emit(TurnStarted(self.turns, used, self.context.limit, self.context.n_ctx, self.context.dropped))
+        self.emit(Phase("thinking"))
+        reply = self._ask(messages, params)
+        turn = Turn(answer=reply.text if reply.error else actions.dumps(reply.actions))
+        if reply.error:
+            self.bad_answers += 1
+            turn.notes.append(f"Your answer was not valid: {reply.error}. Answer with a JSON list of actions.")
+        else:
+            self.bad_answers = 0
+        self.context.turns.append(turn)
+        for action in reply.actions:
+            if self.control.quitting:
+                break
+            self._note_repeat(action, turn)
+            step = self._act(action)
+            turn.steps.append(step)
+            if action.kind == "done":
+                self.finished = action.arg
+                break
+
+    def _ask(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Reply:
+        reply = Reply("", error="no answer")
+        for item in self.model.turn(messages, params):
+            if isinstance(item, Reply):
+                reply = item
+            else:
+                self.emit(ModelText(item))
+            if self.control.quitting:
+                break
+        self.emit(ModelReplied(reply.text, tuple(reply.actions), reply.error, reply.stats))
+        return reply
+
+    # -- the model's world ------------------------------------------------------------------
+    def _read_state(self) -> tuple[dict[str, Any], str]:
+        state = self.sandbox.state()
+        goal = self.goal_override or _text(state.goal) or self.settings.default_goal
+        own = _text(state.system)
+        current = {"goal": goal, "system": own, "config": state.config.content or ""}
+        changed = tuple(k for k, v in current.items() if self.last_state and self.last_state.get(k) != v)
+        self.last_state = current
+        outcome = self.config.update(state.config.content, state.config.error)
+        problems = list(outcome.problems)
+        for name, part in (("goal", state.goal), ("system.md", state.system)):
+            if part.error and part.error != "missing":
+                problems.append(f"/app/{name}: {part.error}")
+            elif part.truncated:
+                problems.append(f"/app/{name} is over {self.settings.state_limit:,} bytes; only its start is used")
+        self.emit(StateRead(goal, own, current["config"], changed, tuple(problems)))
+        if outcome.change:
+            self.emit(ConfigChanged(*outcome.change))
+        if problems and self.context.turns:
+            self.context.turns[-1].notes.extend(problems)
+        for p in problems:
+            self.emit(Notice("warning", p))
+        params = {**self.settings.sampling, **outcome.params}
+        params["max_tokens"] = min(params.get("max_tokens", self.settings.max_tokens), self.settings.max_tokens)
+        system = self.fixed_system.rstrip() + f"\n\nYour goal: {cut(goal, SYSTEM_PART_CHARS)}\n"
+        if own.strip():
+            system += f"\nYour own notes (/app/system.md):\n{cut(own, SYSTEM_PART_CHARS)}\n"
+        return params, system
+
+    # -- actions ----------------------------------------------------------------------------
+    def _act(self, action: Action, by_user: bool = False) -> Step:
+        if self.control.approval and not by_user and action.kind != "done":
+            self.emit(Phase("approval"))
+            self.emit(ActionStarted(action, self.prompt_line))
+            decision = self.control.await_decision()
+            if decision.verdict == "reject":
+                text = f"[the user rejected this action: {decision.reason or 'no reason given'}]"
+                self.emit(ActionFinished(action, text, ok=False))
+                return Step(action, f"{action.summary(200)}\n{text}", f"{action.summary()} -> rejected", failed=True)
+            if decision.verdict == "edit" and decision.action is not None:
+                self.emit(Notice("info", f"the user edited the action to: {decision.action.summary()}"))
+                action = decision.action
+        self.emit(Phase("running"))
+        self.emit(ActionStarted(action, self.prompt_line, by_user=by_user))
+        limit = self.context.observation_chars
+        if action.kind == "bash":
+            result = self._run(action)
+            self.prompt_line = result.prompt()
+            self.emit(ActionFinished(action, result.status_line(), result, ok=result.ok))
+            return Step(action, observe_command(result, limit), brief_command(result), failed=not result.ok)
+        if action.kind == "read":
+            f = self.sandbox.read_file(action.arg)
+            ok = f.content is not None
+            body = cut(f.content or "", limit) if ok else f"error: {f.error}"
+            summary = f"read {f.size:,} bytes" + (" (truncated)" if f.truncated else "") if ok else f"{f.error}"
+            self.emit(ActionFinished(action, summary, ok=ok))
+            return Step(action, f"read {action.arg}:\n{body}", f"read {action.arg} -> {summary}", failed=not ok)
+        if action.kind == "write":
+            try:
+                size = self.sandbox.write_file(action.arg, action.content)
+                summary, ok = f"wrote {size:,} bytes", True
+            except SandshellError as e:
+                summary, ok = str(e), False
+            self.emit(ActionFinished(action, summary, ok=ok))
+            return Step(action, f"write {action.arg}: {summary}", f"write {action.arg} -> {summary}", failed=not ok)
+        self.emit(ActionFinished(action, "finished"))
+        return Step(action, f"done: {action.arg}", "done")
+
+    def _run(self, action: Action) -> Result:
+        from app.protocol import OutputCollector
+
+        collector = OutputCollector()
+        result = Result(action.arg, None, error="no result")
+        for event in self.sandbox.stream(action.arg, action.timeout):
+            if isinstance(event, Output):
+                collector.add(event)
+                self.emit(OutputChunk(event.stream, event.data))
+            else:
+                result = event
+        import dataclasses
+
+        tail = result.tail if result.truncated else None
+        return dataclasses.replace(result, output=collector.text(tail), stderr_tail=collector.stderr_tail)
+
+    def _note_repeat(self, action: Action, turn: Turn) -> None:
+        self.repeats.append(action.key())
+        self.repeats = self.repeats[-50:]
+        n = 0
+        for key in reversed(self.repeats):
+            if key != action.key():
+                break
+            n += 1
+        if n >= 2:
+            note = (
+                f"You have now done this exact action {n} times in a row; its result will not change. "
+                "Try something else."
+            )
+            turn.notes.append(note)
+            self.emit(Notice("warning", f"the model repeats itself ({n}x): {action.summary()}"))
+
+    def _user_commands(self) -> None:
+        """Commands the user typed (take over): run them, and let the model see them."""
+        for command in self.control.user_commands():
+            step = self._act(Action("bash", command, comment="typed by the user"), by_user=True)
+            note = f"The user ran a command in your shell:\n{step.observation}"
+            if self.context.turns:
+                self.context.turns[-1].notes.append(note)
+            else:
+                self.context.turns.append(Turn(answer="[]", notes=[note]))
+        for hint in self.control.hints():
+            self._hint(hint)
+
+    def _hint(self, text: str) -> None:
+        note = f"A hint from the user: {text}"
+        if self.context.turns:
+            self.context.turns[-1].notes.append(note)
+        else:
+            self.context.turns.append(Turn(answer="[]", notes=[note]))
+        self.emit(Notice("info", f"hint sent: {text}"))
+
+    def _intro(self) -> None:
+        turn = Turn(answer=actions.dumps(INTRO))
+        self.context.turns.append(turn)
+        self.emit(ModelReplied(turn.answer, tuple(INTRO), None, Stats()))
+        for action in INTRO:
+            turn.steps.append(self._act(action))
+
+
+def _text(part: FileContent) -> str:
+    return part.content or ""
+
+
+def _public(settings: Settings) -> dict[str, Any]:
+    """Settings worth recording (no API keys)."""
+    import dataclasses
+
+    out = dataclasses.asdict(settings)
+    out.pop("openai_api_key", None)
+    return out
+
+
+def session_dir(settings: Settings, session_id: str) -> Path:
+    return settings.path(settings.sessions_dir) / session_id

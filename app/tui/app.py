@@ -1,0 +1,265 @@
+"""The terminal UI: a model living in a shell, live. A consumer of session events, nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Input, RichLog, Static
+
+from app import events as ev
+from app.actions import Action
+from app.control import Control, Decision
+from app.transcript import inert
+from app.tui.buffer import UIBuffer
+from app.tui.widgets import ModelLine, StatusBar, WorldPanel
+
+Runner = Callable[[UIBuffer, Control], None]
+FLUSH_HZ = 30
+MAX_LINE_CHARS = 2000
+
+
+class SandshellApp(App[None]):
+    """Shows one session (live or replayed); keys steer it through a Control."""
+
+    TITLE = "sandshell"
+    AUTO_FOCUS = None  # the log must not steal key presses
+    CSS = """
+    #main { height: 1fr; }
+    #left { width: 1fr; }
+    #log { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
+    #approval { height: auto; background: $boost; color: $warning; padding: 0 1; display: none; }
+    #approval.active { display: block; }
+    #ask { display: none; }
+    #ask.active { display: block; }
+    """
+    BINDINGS = [
+        Binding("p", "pause", "Pause/resume"),
+        Binding("s", "step", "Step"),
+        Binding("a", "approval", "Approval mode"),
+        Binding("y", "approve", "Approve", show=False),
+        Binding("e", "edit", "Edit", show=False),
+        Binding("r", "reject", "Reject", show=False),
+        Binding("h", "hint", "Hint"),
+        Binding("t", "take_over", "Take over"),
+        Binding("q", "quit_session", "Quit"),
+        Binding("ctrl+c", "quit_session", "Quit", show=False, priority=True),
+        Binding("escape", "cancel_input", "Cancel", show=False),
+    ]
+
+    def __init__(self, runner: Runner, control: Control, max_lines: int = 5000, title: str = "") -> None:
+        super().__init__()
+        self.runner = runner
+        self.control = control
+        self.buffer = UIBuffer()
+        self.max_lines = max_lines
+        self.pending: Action | None = None  # the action waiting for approval
+        self.asking: str | None = None  # hint, take_over, edit, reject
+        self.ended: ev.SessionEnded | None = None
+        self.model_text = ""
+        if title:
+            self.sub_title = title
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield RichLog(id="log", max_lines=self.max_lines, wrap=False, markup=False, auto_scroll=True)
+                yield ModelLine(id="model")
+                yield Static(id="approval")
+                yield Input(id="ask")
+            yield WorldPanel(id="world")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.status = self.query_one(StatusBar)
+        self.log_view = self.query_one("#log", RichLog)
+        self.status.refresh_bar()
+        self.set_interval(1 / FLUSH_HZ, self.flush)
+        self.run_session()
+
+    @work(thread=True, exit_on_error=False)
+    def run_session(self) -> None:
+        try:
+            self.runner(self.buffer, self.control)
+        except Exception as e:  # the runner reports user errors itself; this is a last resort
+            self.buffer.emit(ev.Notice("error", f"the session stopped unexpectedly: {type(e).__name__}: {e}"))
+            self.buffer.emit(ev.Phase("done"))
+
+    # -- events to screen (UI thread, bounded work a frame) -------------------------------------
+    def flush(self) -> None:
+        batch = self.buffer.drain()
+        if batch.skipped_lines:
+            self._line(f"[… {-batch.skipped_lines:,} characters not shown; the recording has them …]", "yellow")
+        for item in batch.items:
+            if isinstance(item, tuple):
+                stream, line = item
+                self._line(line, "red" if stream == "stderr" else None)
+            else:
+                self.show(item)
+
+    def _line(self, text: str, style: str | None = None) -> None:
+        text = inert(text)
+        if len(text) > MAX_LINE_CHARS:
+            text = text[:MAX_LINE_CHARS] + f"… (+{len(text) - MAX_LINE_CHARS:,} chars)"
+        self.log_view.write(Text(text, style=style or ""))
+
+    def show(self, event: ev.Event) -> None:
+        if isinstance(event, ev.SessionStarted):
+            self.status.model, self.status.profile = event.model, event.profile
+        elif isinstance(event, ev.TurnStarted):
+            self.status.turn = event.turn
+            self.status.context = f"{event.prompt_tokens}/{event.n_ctx}"
+            self._line(f"── turn {event.turn} ──", "dim")
+        elif isinstance(event, ev.ModelText):
+            self.model_text += event.text
+            line = self.query_one("#model", ModelLine)
+            line.add_class("active")
+            line.update(Text(inert(self.model_text[-600:])))
+        elif isinstance(event, ev.ModelReplied):
+            self.model_text = ""
+            self.query_one("#model", ModelLine).remove_class("active")
+            if event.error:
+                self._line(f"[answer not valid: {event.error}] {event.text[:300]}", "yellow")
+            if event.stats.completion_tokens and event.stats.tokens_per_second:
+                self.status.speed = f"{event.stats.tokens_per_second:.0f} tok/s"
+        elif isinstance(event, ev.ActionStarted):
+            self._action(event)
+        elif isinstance(event, ev.ActionFinished):
+            self._finished(event)
+        elif isinstance(event, ev.StateRead):
+            values = {"goal": event.goal, "system": event.system, "config": event.config}
+            self.query_one(WorldPanel).show(values, event.changed, event.problems)
+        elif isinstance(event, ev.ConfigChanged):
+            self._line(f"[config] {event.before} → {event.after}", "magenta")
+        elif isinstance(event, ev.Notice):
+            self._line(
+                f"[{event.level}] {event.text}", {"error": "bold red", "warning": "yellow"}.get(event.level, "dim")
+            )
+        elif isinstance(event, ev.Phase):
+            self.status.state = "paused" if self.control.paused and event.name != "done" else event.name
+            if event.name == "approval":
+                self.query_one("#approval").add_class("active")
+        elif isinstance(event, ev.SessionEnded):
+            self.ended = event
+            text = f"session {event.status}" + (f": {event.result}" if event.result else "")
+            text += f" ({event.error})" if event.error else ""
+            self._line(f"{text} · {event.turns} turns · {event.seconds:.1f}s — press q to quit", "bold")
+            self.status.state = "done"
+        self.status.refresh_bar()
+
+    def _action(self, event: ev.ActionStarted) -> None:
+        a = event.action
+        if a.comment:
+            self._line(f"# {a.comment}", "dim italic")
+        if self.status.state == "approval" or (self.control.approval and not event.by_user and a.kind != "done"):
+            self.pending = a
+            self.query_one("#approval", Static).update(
+                Text(f"approve {a.summary(200)} ?  y approve · e edit · r reject with a reason", style="bold")
+            )
+        if a.kind == "bash":
+            line = Text(f"{event.prompt} ", style="bold green")
+            line.append(inert(a.arg) + ("   (you)" if event.by_user else ""), style="bold")
+            self.log_view.write(line)
+        else:
+            self._line(f"[{a.kind}] {a.summary(200)}", "magenta")
+
+    def _finished(self, event: ev.ActionFinished) -> None:
+        self.pending = None
+        self.query_one("#approval").remove_class("active")
+        r = event.result
+        if r is not None:
+            if not r.ok or r.restarted or r.notice:
+                self._line(f"[{r.status_line()}]", "bold yellow" if (r.timed_out or r.lost) else "yellow")
+        else:
+            self._line(f"  → {event.summary}", "dim" if event.ok else "yellow")
+
+    # -- keys ---------------------------------------------------------------------------------
+    def action_pause(self) -> None:
+        if self.control.paused:
+            self.control.resume()
+            self.status.state = "running"
+        else:
+            self.control.pause()
+            self.status.state = "paused"
+        self.status.refresh_bar()
+
+    def action_step(self) -> None:
+        self.control.step()
+
+    def action_approval(self) -> None:
+        self.control.approval = not self.control.approval
+        self.notify(f"approval mode {'on' if self.control.approval else 'off'}")
+
+    def action_approve(self) -> None:
+        if self.pending is not None:
+            self.control.decide(Decision("approve"))
+            self.query_one("#approval").remove_class("active")
+
+    def action_edit(self) -> None:
+        if self.pending is not None:
+            self._ask("edit", self.pending.arg if self.pending.kind == "bash" else self.pending.content)
+
+    def action_reject(self) -> None:
+        if self.pending is not None:
+            self._ask("reject", "")
+
+    def action_hint(self) -> None:
+        self._ask("hint", "")
+
+    def action_take_over(self) -> None:
+        self._ask("take_over", "")
+
+    def _ask(self, what: str, value: str) -> None:
+        self.asking = what
+        box = self.query_one("#ask", Input)
+        box.placeholder = {
+            "hint": "a hint for the model",
+            "take_over": "a command to run as you",
+            "edit": "the command to run instead",
+            "reject": "why (the model will see it)",
+        }[what]
+        box.value = value
+        box.add_class("active")
+        box.focus()
+
+    def action_cancel_input(self) -> None:
+        box = self.query_one("#ask", Input)
+        box.remove_class("active")
+        self.asking = None
+        self.set_focus(None)
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        what, value = self.asking, message.value
+        self.action_cancel_input()
+        if what == "hint" and value.strip():
+            self.control.hint(value)
+        elif what == "take_over" and value.strip():
+            self.control.take_over(value)
+        elif what == "edit" and self.pending is not None:
+            a = self.pending
+            edited = (
+                Action(a.kind, value, a.content, a.comment, a.timeout)
+                if a.kind == "bash"
+                else Action(a.kind, a.arg, value, a.comment)
+            )
+            self.control.decide(Decision("edit", action=edited))
+        elif what == "reject" and self.pending is not None:
+            self.control.decide(Decision("reject", reason=value))
+
+    def action_quit_session(self) -> None:
+        self.control.quit()
+        self.status.state = "quitting"
+        self.status.refresh_bar()
+        self.set_timer(0.05, self._exit_when_done)
+
+    def _exit_when_done(self, waited: float = 0.0) -> None:
+        if all(w.is_finished for w in self.workers) or waited > 10:
+            self.flush()
+            self.exit()
+        else:
+            self.set_timer(0.1, lambda: self._exit_when_done(waited + 0.1))

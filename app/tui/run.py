@@ -1,0 +1,47 @@
+"""Starting the UI on a live session or a recorded one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from app import events as ev
+from app.config import Settings
+from app.control import Control
+from app.errors import SandshellError
+from app.tui.app import SandshellApp
+from app.tui.buffer import UIBuffer
+
+
+def live_app(settings: Settings, goal: str | None = None) -> SandshellApp:
+    """The app for a live session (the same factory serves the CLI and the tests)."""
+    from app.runner import open_session
+
+    def runner(buffer: UIBuffer, control: Control) -> None:
+        def say(message: str) -> None:
+            buffer.emit(ev.Notice("info", message))
+
+        try:
+            with open_session(settings, [buffer], control, goal=goal, log=say) as parts:
+                say(f"recording to {parts.recorder.folder}")
+                parts.session.run()
+        except SandshellError as e:
+            buffer.emit(ev.Notice("error", str(e)))
+            buffer.emit(ev.SessionEnded("error", None, str(e), 0, 0.0))
+
+    return SandshellApp(runner, Control(approval=settings.approval), max_lines=settings.ui_max_lines)
+
+
+def replay_app(folder: Path, speed: float = 1.0, max_lines: int = 5000) -> SandshellApp:
+    """The app showing a recorded session at its pace (or `speed` times faster)."""
+    from app.replay import play
+
+    def runner(buffer: UIBuffer, control: Control) -> None:
+        play(folder, buffer, control, speed)
+
+    return SandshellApp(runner, Control(), max_lines=max_lines, title=f"replay of {folder.name}")
+
+
+def require_terminal() -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise SandshellError("the sandshell UI needs a terminal; run it in one, or use --headless")

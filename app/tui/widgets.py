@@ -1,0 +1,85 @@
+"""The UI's pieces: the status bar, the side panel with the model's world, the prompt bar."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from app.transcript import inert
+
+
+class StatusBar(Static):
+    """Model · profile · context use · tokens/s · turn · state."""
+
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(id="status")
+        self.model = "loading model…"
+        self.profile = ""
+        self.context = ""
+        self.speed = ""
+        self.turn = 0
+        self.state = "starting"
+
+    def refresh_bar(self) -> None:
+        parts = [f"sandshell · {self.model}", self.profile]
+        if self.context:
+            parts.append(f"ctx {self.context}")
+        if self.speed:
+            parts.append(self.speed)
+        parts.append(f"turn {self.turn}")
+        text = Text(" · ".join(p for p in parts if p) + "  ")
+        style = {
+            "thinking": "bold cyan",
+            "running": "bold green",
+            "paused": "bold yellow",
+            "approval": "bold magenta",
+            "done": "bold",
+        }.get(self.state, "bold")
+        text.append(f"[{self.state}]", style=style)
+        self.update(text)
+
+
+class WorldPanel(VerticalScroll):
+    """The goal, /app/system.md and /app/config.json; what changed last turn is marked."""
+
+    DEFAULT_CSS = """
+    WorldPanel { width: 42; border-left: solid $primary; padding: 0 1; }
+    WorldPanel > .title { color: $accent; text-style: bold; margin-top: 1; }
+    WorldPanel > .title.changed { color: $warning; }
+    WorldPanel > .body { color: $text-muted; }
+    WorldPanel > #problems { color: $error; }
+    """
+
+    PARTS = (("goal", "goal"), ("system", "/app/system.md"), ("config", "/app/config.json"))
+
+    def compose(self) -> ComposeResult:
+        for key, title in self.PARTS:
+            yield Static(title, id=f"{key}-title", classes="title")
+            yield Static("…", id=f"{key}-body", classes="body")
+        yield Static("", id="problems")
+
+    def show(self, values: dict[str, str], changed: tuple[str, ...], problems: tuple[str, ...]) -> None:
+        for key, title in self.PARTS:
+            label = self.query_one(f"#{key}-title", Static)
+            label.set_class(key in changed, "changed")
+            label.update(title + ("  ● changed" if key in changed else ""))
+            body = values.get(key, "").strip() or "(empty)"
+            if len(body) > 1500:
+                body = body[:1500] + "…"
+            self.query_one(f"#{key}-body", Static).update(Text(inert(body)))
+        self.query_one("#problems", Static).update(Text("\n".join(inert(p) for p in problems)))
+
+
+class ModelLine(Static):
+    """The model's answer as it is generated."""
+
+    DEFAULT_CSS = """
+    ModelLine { height: auto; max-height: 8; color: $accent; padding: 0 1; display: none; }
+    ModelLine.active { display: block; }
+    """

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up (first time: installs everything; later: a quick check) and start a sandshell session.
+# Arguments pass through, e.g. ./start.sh --headless --goal "..." --max-steps 20 --timeout 300
+set -euo pipefail
+cd "$(dirname "$0")"
+say() { printf 'sandshell: %s\n' "$*" >&2; }
+
+headless=0
+for a in "$@"; do case "$a" in --headless|-h|--help|prepare) headless=1 ;; esac; done
+if [ $headless -eq 0 ] && { [ ! -t 0 ] || [ ! -t 1 ]; }; then
+  say "the UI needs a terminal; run ./start.sh in one, or use ./start.sh --headless --goal \"...\""
+  exit 2
+fi
+if ! command -v docker >/dev/null 2>&1; then
+  say "Docker is not installed; install Docker Engine (https://docs.docker.com/engine/install/) and run again"
+  exit 1
+fi
+if ! docker info >/dev/null 2>&1; then
+  say "no Docker engine answers; start it (e.g. sudo systemctl start docker) and check that your user may use it"
+  exit 1
+fi
+[ -f .env ] || { cp .env.example .env; say "created .env from .env.example"; }
+./scripts/setup.sh
+exec .venv/bin/python -m app.cli "$@"
