@@ -103,6 +103,39 @@ def parse(text: str) -> list[Action]:
     return [from_json(item) for item in items]
 
 
+def salvage(text: str) -> list[Action]:
+    """The complete actions at the start of an answer cut short (by max_tokens); [] if none.
+
+    An action whose text was cut is dropped, never run half-written.
+    """
+    start = text.find("[")
+    if start < 0:
+        return []
+    decoder = json.JSONDecoder()
+    pos, out = start + 1, list[Action]()
+    while len(out) < MAX_ACTIONS:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+            out.append(from_json(obj))
+        except (json.JSONDecodeError, ParseError):
+            break
+    return out or _closed_done(text)
+
+
+def _closed_done(text: str) -> list[Action]:
+    """A lone "done" whose result was cut: closing it loses only the end of a sentence."""
+    for suffix in ('"}]', "}]", '"]'):
+        try:
+            found = parse(text + suffix)
+        except ParseError:
+            continue
+        if len(found) == 1 and found[0].kind == "done":
+            return found
+    return []
+
+
 def dumps(actions: list[Action]) -> str:
     """The canonical text of an answer (what the model's history shows)."""
     return json.dumps([a.to_json() for a in actions], ensure_ascii=False)

@@ -211,12 +211,20 @@ _RESERVED = {
 
 
 def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
-    """The parameters of `Llama.__init__` and `Llama.create_chat_completion`."""
+    """The parameters of `Llama.__init__` and `Llama.create_chat_completion`, annotations resolved."""
     from llama_cpp import Llama
 
-    init = dict(inspect.signature(Llama.__init__).parameters)
-    chat = dict(inspect.signature(Llama.create_chat_completion).parameters)
-    return init, chat
+    def params(fn: Any) -> dict[str, inspect.Parameter]:
+        try:
+            hints = get_type_hints(fn)
+        except Exception:  # an annotation that does not resolve: keep the raw ones
+            hints = {}
+        return {
+            name: p.replace(annotation=hints.get(name, p.annotation))
+            for name, p in inspect.signature(fn).parameters.items()
+        }
+
+    return params(Llama.__init__), params(Llama.create_chat_completion)
 
 
 def _llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:

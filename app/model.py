@@ -33,6 +33,7 @@ class Stats:
     completion_tokens: int = 0
     ttft: float = 0.0  # seconds to the first token
     seconds: float = 0.0
+    cut: bool = False  # stopped by max_tokens
 
     @property
     def tokens_per_second(self) -> float:
@@ -150,6 +151,7 @@ class LlamaBackend:
             get = _chat_text
         try:
             for chunk in chunks:
+                stats.cut = stats.cut or chunk["choices"][0].get("finish_reason") == "length"
                 text = get(chunk)
                 if text:
                     if not stats.completion_tokens:
@@ -229,6 +231,7 @@ class Reply:
     error: str | None = None
     stats: Stats = field(default_factory=Stats)
     attempts: int = 1
+    notes: list[str] = field(default_factory=list)  # for the model's next observation
 
 
 class Model:
@@ -257,6 +260,19 @@ class Model:
                 return
             except ParseError as e:
                 error = str(e)
+            kept = actions.salvage(text)
+            if kept:
+                note = (
+                    f"Your answer was cut off at {params.get('max_tokens', '?')} tokens; its {len(kept)} "
+                    "complete action(s) ran and the unfinished one was dropped. Write shorter answers."
+                )
+                yield Reply(text, kept, stats=total, attempts=attempt, notes=[note])
+                return
+            if total.cut:
+                error = (
+                    f"the answer was cut off at {params.get('max_tokens', '?')} tokens before its first "
+                    "action was complete; write shorter answers"
+                )
             if attempt <= retries:
                 yield f"\n[not parsed: {error}; asking again]\n"
                 convo += [
@@ -275,6 +291,7 @@ def _add(total: Stats, s: Stats) -> None:
         total.prompt_tokens, total.cached_tokens, total.ttft = s.prompt_tokens, s.cached_tokens, s.ttft
     total.completion_tokens += s.completion_tokens
     total.seconds += s.seconds
+    total.cut = s.cut
 
 
 def make_backend(settings: Settings) -> Backend:

@@ -87,7 +87,7 @@ class OpenAIBackend:
                     if r.status_code != 200:
                         detail = r.read().decode(errors="replace")[:200]
                         raise ModelError(f"the model server answered {r.status_code}: {detail}")
-                    for text in _sse_text(r.iter_lines()):
+                    for text in _sse_text(r.iter_lines(), stats):
                         if not stats.completion_tokens:
                             stats.ttft = time.perf_counter() - start
                         stats.completion_tokens += 1
@@ -102,7 +102,7 @@ class OpenAIBackend:
         yield stats
 
 
-def _sse_text(lines: Iterator[str]) -> Iterator[str]:
+def _sse_text(lines: Iterator[str], stats: Stats) -> Iterator[str]:
     for line in lines:
         if not line.startswith("data:"):
             continue
@@ -111,9 +111,12 @@ def _sse_text(lines: Iterator[str]) -> Iterator[str]:
             return
         try:
             chunk = json.loads(data)
-            delta = chunk["choices"][0].get("delta") or {}
+            choice = chunk["choices"][0]
+            delta = choice.get("delta") or {}
         except (ValueError, KeyError, IndexError, TypeError):
             continue
+        if choice.get("finish_reason") == "length":
+            stats.cut = True
         text = delta.get("content")
         if text:
             yield str(text)

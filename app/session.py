@@ -161,7 +161,9 @@ class Session:
         self.emit(TurnStarted(self.turns, used, self.context.limit, self.context.n_ctx, self.context.dropped))
         self.emit(Phase("thinking"))
         reply = self._ask(messages, params)
-        turn = Turn(answer=reply.text if reply.error else actions.dumps(reply.actions))
+        turn = Turn(answer=reply.text if reply.error else actions.dumps(reply.actions), notes=list(reply.notes))
+        for note in reply.notes:
+            self.emit(Notice("warning", note))
         if reply.error:
             self.bad_answers += 1
             turn.notes.append(f"Your answer was not valid: {reply.error}. Answer with a JSON list of actions.")

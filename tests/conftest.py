@@ -65,3 +65,8 @@ def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]
 
 def pytest_report_header() -> str:
     return f"docker: {shutil.which('docker')}, CI={os.environ.get('CI', '')}"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

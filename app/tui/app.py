@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from rich.text import Text
@@ -9,14 +10,28 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, RichLog, Static
+from textual.widgets import Footer, Input, Static
 
 from app import events as ev
 from app.actions import Action
 from app.control import Control, Decision
 from app.transcript import inert
 from app.tui.buffer import UIBuffer
-from app.tui.widgets import ModelLine, StatusBar, WorldPanel
+from app.tui.widgets import (
+    COMMENT,
+    ERR,
+    FAIL,
+    FILE,
+    INFO,
+    OUT,
+    PROMPT,
+    RULE,
+    WARN,
+    ModelLine,
+    ShellLog,
+    StatusBar,
+    WorldPanel,
+)
 
 Runner = Callable[[UIBuffer, Control], None]
 FLUSH_HZ = 30
@@ -61,6 +76,8 @@ class SandshellApp(App[None]):
         self.asking: str | None = None  # hint, take_over, edit, reject
         self.ended: ev.SessionEnded | None = None
         self.model_text = ""
+        self.skipped_lines = 0
+        self.skipped_chars = 0
         if title:
             self.sub_title = title
 
@@ -68,7 +85,7 @@ class SandshellApp(App[None]):
         yield StatusBar()
         with Horizontal(id="main"):
             with Vertical(id="left"):
-                yield RichLog(id="log", max_lines=self.max_lines, wrap=False, markup=False, auto_scroll=True)
+                yield ShellLog(self.max_lines)
                 yield ModelLine(id="model")
                 yield Static(id="approval")
                 yield Input(id="ask")
@@ -76,8 +93,11 @@ class SandshellApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # A thread busy with a flood would otherwise hold the GIL for 5 ms at every turn of the
+        # event loop, and a key press needs many turns.
+        sys.setswitchinterval(0.0005)
         self.status = self.query_one(StatusBar)
-        self.log_view = self.query_one("#log", RichLog)
+        self.log_view = self.query_one(ShellLog)
         self.status.refresh_bar()
         self.set_interval(1 / FLUSH_HZ, self.flush)
         self.run_session()
@@ -90,23 +110,51 @@ class SandshellApp(App[None]):
             self.buffer.emit(ev.Notice("error", f"the session stopped unexpectedly: {type(e).__name__}: {e}"))
             self.buffer.emit(ev.Phase("done"))
 
+    def on_unmount(self) -> None:
+        self.control.quit()  # whatever closes the app, the session thread stops too
+
     # -- events to screen (UI thread, bounded work a frame) -------------------------------------
     def flush(self) -> None:
         batch = self.buffer.drain()
-        if batch.skipped_lines:
-            self._line(f"[… {-batch.skipped_lines:,} characters not shown; the recording has them …]", "yellow")
+        if batch.skipped_lines or batch.skipped_chars:
+            self.skipped_lines += batch.skipped_lines
+            self.skipped_chars += batch.skipped_chars
+        run: list[str] = []  # consecutive lines of one stream go to the log in one write
+        run_stream = ""
         for item in batch.items:
+            if isinstance(item, tuple) and item[0] == run_stream:
+                run.append(item[1])
+                continue
+            if run:
+                self._lines(run_stream, run)
+                run = []
             if isinstance(item, tuple):
-                stream, line = item
-                self._line(line, "red" if stream == "stderr" else None)
+                run_stream, run = item[0], [item[1]]
             else:
+                run_stream = ""
+                self._say_skipped()
                 self.show(item)
+        if run:
+            self._lines(run_stream, run)
 
-    def _line(self, text: str, style: str | None = None) -> None:
+    def _say_skipped(self) -> None:
+        """After a flood: one line saying how much output was not drawn (the recording has it all)."""
+        if self.skipped_lines or self.skipped_chars:
+            what = f"{self.skipped_lines:,} lines"
+            if self.skipped_chars:
+                what += f" and {self.skipped_chars:,} characters"
+            self._line(WARN, f"[… {what} of output were not drawn; the recording has them …]")
+            self.skipped_lines = self.skipped_chars = 0
+
+    def _lines(self, stream: str, lines: list[str]) -> None:
+        clipped = [ln if len(ln) <= MAX_LINE_CHARS else ln[:MAX_LINE_CHARS] + "…" for ln in lines]
+        self.log_view.add_lines(ERR if stream == "stderr" else OUT, [inert(ln) for ln in clipped])
+
+    def _line(self, gutter: str, text: str) -> None:
         text = inert(text)
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS] + f"… (+{len(text) - MAX_LINE_CHARS:,} chars)"
-        self.log_view.write(Text(text, style=style or ""))
+        self.log_view.add(gutter, text)
 
     def show(self, event: ev.Event) -> None:
         if isinstance(event, ev.SessionStarted):
@@ -114,7 +162,7 @@ class SandshellApp(App[None]):
         elif isinstance(event, ev.TurnStarted):
             self.status.turn = event.turn
             self.status.context = f"{event.prompt_tokens}/{event.n_ctx}"
-            self._line(f"── turn {event.turn} ──", "dim")
+            self._line(RULE, f"turn {event.turn} " + "─" * 40)
         elif isinstance(event, ev.ModelText):
             self.model_text += event.text
             line = self.query_one("#model", ModelLine)
@@ -124,7 +172,7 @@ class SandshellApp(App[None]):
             self.model_text = ""
             self.query_one("#model", ModelLine).remove_class("active")
             if event.error:
-                self._line(f"[answer not valid: {event.error}] {event.text[:300]}", "yellow")
+                self._line(WARN, f"[answer not valid: {event.error}] {event.text[:300]}")
             if event.stats.completion_tokens and event.stats.tokens_per_second:
                 self.status.speed = f"{event.stats.tokens_per_second:.0f} tok/s"
         elif isinstance(event, ev.ActionStarted):
@@ -135,11 +183,9 @@ class SandshellApp(App[None]):
             values = {"goal": event.goal, "system": event.system, "config": event.config}
             self.query_one(WorldPanel).show(values, event.changed, event.problems)
         elif isinstance(event, ev.ConfigChanged):
-            self._line(f"[config] {event.before} → {event.after}", "magenta")
+            self._line(FILE, f"[config] {event.before} → {event.after}")
         elif isinstance(event, ev.Notice):
-            self._line(
-                f"[{event.level}] {event.text}", {"error": "bold red", "warning": "yellow"}.get(event.level, "dim")
-            )
+            self._line({"error": FAIL, "warning": WARN}.get(event.level, INFO), f"[{event.level}] {event.text}")
         elif isinstance(event, ev.Phase):
             self.status.state = "paused" if self.control.paused and event.name != "done" else event.name
             if event.name == "approval":
@@ -148,25 +194,26 @@ class SandshellApp(App[None]):
             self.ended = event
             text = f"session {event.status}" + (f": {event.result}" if event.result else "")
             text += f" ({event.error})" if event.error else ""
-            self._line(f"{text} · {event.turns} turns · {event.seconds:.1f}s — press q to quit", "bold")
+            self._line(
+                PROMPT if event.status == "done" else WARN,
+                f"{text} · {event.turns} turns · {event.seconds:.1f}s — press q to quit",
+            )
             self.status.state = "done"
         self.status.refresh_bar()
 
     def _action(self, event: ev.ActionStarted) -> None:
         a = event.action
         if a.comment:
-            self._line(f"# {a.comment}", "dim italic")
+            self._line(COMMENT, a.comment)
         if self.status.state == "approval" or (self.control.approval and not event.by_user and a.kind != "done"):
             self.pending = a
             self.query_one("#approval", Static).update(
                 Text(f"approve {a.summary(200)} ?  y approve · e edit · r reject with a reason", style="bold")
             )
         if a.kind == "bash":
-            line = Text(f"{event.prompt} ", style="bold green")
-            line.append(inert(a.arg) + ("   (you)" if event.by_user else ""), style="bold")
-            self.log_view.write(line)
+            self._line(PROMPT, f"{event.prompt} {a.arg}" + ("   (you)" if event.by_user else ""))
         else:
-            self._line(f"[{a.kind}] {a.summary(200)}", "magenta")
+            self._line(FILE, f"{a.kind} {a.arg if a.kind != 'write' else a.arg + f' ({len(a.content):,} chars)'}")
 
     def _finished(self, event: ev.ActionFinished) -> None:
         self.pending = None
@@ -174,9 +221,9 @@ class SandshellApp(App[None]):
         r = event.result
         if r is not None:
             if not r.ok or r.restarted or r.notice:
-                self._line(f"[{r.status_line()}]", "bold yellow" if (r.timed_out or r.lost) else "yellow")
+                self._line(FAIL if (r.timed_out or r.lost) else WARN, f"[{r.status_line()}]")
         else:
-            self._line(f"  → {event.summary}", "dim" if event.ok else "yellow")
+            self._line(INFO if event.ok else WARN, f"→ {event.summary}")
 
     # -- keys ---------------------------------------------------------------------------------
     def action_pause(self) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.widgets import Log, Static
 
 from app.transcript import inert
 
@@ -83,3 +84,50 @@ class ModelLine(Static):
     ModelLine { height: auto; max-height: 8; color: $accent; padding: 0 1; display: none; }
     ModelLine.active { display: block; }
     """
+
+
+# The log's gutter: the first character of every line says what the line is, so a fast plain-text
+# Log can still colour it (the highlighter runs only on the lines on screen).
+OUT, ERR, PROMPT, COMMENT, FILE, WARN, FAIL, INFO, RULE = " ", "▍", "❯", "#", "◆", "!", "✗", "·", "─"
+GUTTER_STYLES = {
+    ERR: "red",
+    PROMPT: "bold green",
+    COMMENT: "dim italic",
+    FILE: "magenta",
+    WARN: "yellow",
+    FAIL: "bold red",
+    INFO: "dim",
+    RULE: "dim",
+}
+
+
+class ShellHighlighter(Highlighter):
+    """Colours a log line by its gutter character; a prompt line also gets its command in bold."""
+
+    def highlight(self, text: Text) -> None:
+        plain = text.plain
+        if not plain:
+            return
+        style = GUTTER_STYLES.get(plain[0])
+        if plain[0] == PROMPT:
+            cut = plain.find(" #", 2)
+            cut = plain.find(" $", 2) if cut < 0 else cut
+            end = cut + 2 if cut >= 0 else len(plain)
+            text.stylize("bold green", 0, end)
+            text.stylize("bold", end)
+        elif style:
+            text.stylize(style)
+
+
+class ShellLog(Log):
+    """The main pane: a bounded plain-text log with a gutter; cheap to append to in floods."""
+
+    def __init__(self, max_lines: int) -> None:
+        super().__init__(highlight=True, max_lines=max_lines, auto_scroll=True, id="log")
+        self.highlighter = ShellHighlighter()
+
+    def add(self, gutter: str, text: str) -> None:
+        self.write_lines([f"{gutter} {line}" for line in text.split("\n")])
+
+    def add_lines(self, gutter: str, lines: list[str]) -> None:
+        self.write_lines([f"{gutter} {line}" for line in lines])

@@ -1,0 +1,71 @@
+"""Settings: one object from .env and the environment, every field documented, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app import config
+from app.envdoc import render
+from app.errors import SettingsError
+
+
+def test_defaults_without_any_configuration() -> None:
+    s = config.load(env_file=None, environ={})
+    assert s.exit_timeout == 10.0 and s.profile == "standard" and s.backend == "llama"
+    assert s.load_params == {} and s.sampling == {}
+
+
+def test_env_file_then_environment_wins(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("LLAMA_EXIT_TIMEOUT=5\nSANDSHELL_PROFILE=locked\n")
+    s = config.load(env_file=env, environ={"LLAMA_EXIT_TIMEOUT": "7.5"})
+    assert s.exit_timeout == 7.5 and s.profile == "locked"
+
+
+def test_free_form_llama_parameters_are_typed() -> None:
+    s = config.load(env_file=None, environ={
+        "LLAMA_N_THREADS": "2", "LLAMA_SEED": "42", "LLAMA_USE_MMAP": "false",
+        "LLAMA_TEMPERATURE": "0.2", "LLAMA_TOP_K": "7", "LLAMA_MIROSTAT_MODE": "2",
+    })  # fmt: skip
+    assert s.load_params == {"n_threads": 2, "seed": 42, "use_mmap": False}
+    assert s.sampling == {"temperature": 0.2, "top_k": 7, "mirostat_mode": 2}
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        ({"LLAMA_EXIT_TIMEOUT": "soon"}, "LLAMA_EXIT_TIMEOUT='soon' is not a valid float"),
+        ({"SANDSHELL_PROFILE": "open"}, "must be one of standard, locked"),
+        ({"LLAMA_N_THREADS": "many"}, "LLAMA_N_THREADS='many'"),
+        ({"LLAMA_FLUX_CAPACITOR": "1"}, "LLAMA_FLUX_CAPACITOR is not a setting"),
+        ({"LLAMA_MAX_TOKENS": "5000"}, "LLAMA_MAX_TOKENS must be between 16 and half"),
+        ({"LLAMA_EXIT_TIMEOUT": "500"}, "at most LLAMA_MAX_EXIT_TIMEOUT"),
+    ],
+)
+def test_bad_settings_are_one_clear_sentence(environ: dict[str, str], words: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        config.load(env_file=None, environ=environ)
+    message = str(info.value)
+    assert words in message and message.endswith("(see .env.example)") and "\n" not in message
+
+
+def test_env_example_documents_every_setting() -> None:
+    example = (config.ROOT / ".env.example").read_text()
+    assert example == render(), "regenerate with: .venv/bin/python -m app.envdoc > .env.example"
+    for env, doc, _ in config.documented_fields():
+        assert f"\n{env}=" in example and doc
+
+
+def test_core_never_imports_textual() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import app.config, app.model, app.sandbox, app.protocol, app.session, app.recorder, app.runner, app.replay\n"
+        "import sandshell_agent.server\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'textual'], 'textual imported by the core'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=config.ROOT)

@@ -1,0 +1,110 @@
+"""The model on the real default GGUF: loading, streaming, the constraint, the KV cache, retries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app import actions, config
+from app.config import Settings
+from app.errors import ModelError
+from app.model import LlamaBackend, Model, Reply, ScriptBackend, Stats, resolve_model_path
+
+MESSAGES = [
+    {"role": "system", "content": open(config.ROOT / "system.md").read()},
+    {"role": "user", "content": "Begin. Your goal: find out the kernel version."},
+]
+
+
+@pytest.fixture(scope="module")
+def settings() -> Settings:
+    return config.load(env_file=None, environ={"LLAMA_SEED": "7"})
+
+
+@pytest.fixture(scope="module")
+def backend(settings: Settings) -> LlamaBackend:
+    return LlamaBackend(settings)
+
+
+def test_bad_model_files_are_one_sentence(tmp_path: Path, settings: Settings) -> None:
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 not a model")
+    cases = {
+        str(tmp_path / "missing.gguf"): "does not exist; set LLAMA_MODEL_PATH",
+        str(tmp_path): "points to a folder",
+        str(not_gguf): "is not a GGUF file",
+    }
+    for path, words in cases.items():
+        with pytest.raises(ModelError, match=words):
+            resolve_model_path(settings.replace(model_path=path))
+
+
+def test_the_default_model_needs_no_configuration(backend: LlamaBackend) -> None:
+    assert backend.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and backend.n_ctx == 4096
+
+
+def test_constrained_answers_always_parse(backend: LlamaBackend, settings: Settings) -> None:
+    """Every answer parses, or (the only way a constrained answer can fail) was cut by max_tokens."""
+    model = Model(backend, settings)
+    whole = 0
+    for seed in range(6):
+        chunks: list[str] = []
+        reply = None
+        for item in model.turn(MESSAGES, {"max_tokens": 160, "temperature": 1.0, "seed": seed}):
+            if isinstance(item, Reply):
+                reply = item
+            else:
+                chunks.append(item)
+        assert reply is not None and "".join(chunks) == reply.text
+        assert reply.stats.completion_tokens > 0 and reply.stats.prompt_tokens > 100
+        if reply.error is not None:
+            assert "cut off at 160 tokens" in reply.error and reply.stats.completion_tokens >= 160, reply
+        else:
+            assert reply.actions
+            whole += 1
+    assert whole >= 4
+
+
+def test_kv_cache_is_reused_for_a_stable_prefix(backend: LlamaBackend) -> None:
+    def stats(messages: list[dict[str, str]]) -> Stats:
+        out = [s for s in backend.stream(messages, {"max_tokens": 24}) if isinstance(s, Stats)]
+        return out[0]
+
+    stats(MESSAGES)
+    longer = [*MESSAGES, {"role": "assistant", "content": '[{"bash": "uname -r"}]'},
+              {"role": "user", "content": "$ uname -r\n6.1.0\n0 root@sandbox:/app #"}]  # fmt: skip
+    second = stats(longer)
+    assert second.cached_tokens >= 0.8 * (second.prompt_tokens - 40), second
+
+
+def test_count_matches_what_is_evaluated(backend: LlamaBackend) -> None:
+    counted = backend.count(MESSAGES)
+    streamed = [s for s in backend.stream(MESSAGES, {"max_tokens": 8}) if isinstance(s, Stats)][0]
+    assert counted == streamed.prompt_tokens
+
+
+def test_unconstrained_garbage_is_retried_then_reported(settings: Settings) -> None:
+    class Loose(ScriptBackend):
+        constrained = False
+
+    good = Loose(["I will now list files.", '[{"bash": "ls"}]'])
+    replies = [x for x in Model(good, settings).turn(MESSAGES, {}) if isinstance(x, Reply)]
+    assert replies[0].actions == [actions.Action("bash", "ls")] and replies[0].attempts == 2
+
+    bad = Loose(["nope", "still nope", "never"] * 2)
+    texts = list(Model(bad, settings).turn(MESSAGES, {}))
+    reply = texts[-1]
+    assert isinstance(reply, Reply) and reply.error and reply.attempts == settings.parse_retries + 1
+    assert sum(1 for t in texts if isinstance(t, str) and "asking again" in t) == settings.parse_retries
+
+
+def test_script_backend_replays_jsonl(tmp_path: Path) -> None:
+    script = tmp_path / "a.jsonl"
+    script.write_text('{"bash": "echo 1"}\n# a comment\n[{"read": "/app/goal"}, {"done": "ok"}]\n')
+    backend = ScriptBackend.from_file(script)
+    texts = ["".join(x for x in backend.stream([], {}) if isinstance(x, str)) for _ in range(3)]
+    assert [len(actions.parse(t)) for t in texts] == [1, 2, 1]
+    assert actions.parse(texts[2])[0].kind == "done"
+    with pytest.raises(ModelError, match="cannot read the action script"):
+        ScriptBackend.from_file(tmp_path / "none.jsonl")

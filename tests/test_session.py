@@ -1,0 +1,181 @@
+"""The session loop on the script backend and a real sandbox: endings, steering, recording, headless."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from app import config, events
+from app.config import Settings
+from app.control import Control, Decision
+from app.model import ScriptBackend
+from app.replay import actions_script, load
+from app.runner import open_session, run_task
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.events: list[events.Event] = []
+
+    def emit(self, event: events.Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type) -> list:  # type: ignore[type-arg]
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+@pytest.fixture
+def s(workspace: Path, tmp_path: Path) -> Settings:
+    return config.load(env_file=None, environ={}).replace(
+        workspace=str(workspace), sessions_dir=str(tmp_path / "sessions"), exit_timeout=5.0, intro=False
+    )
+
+
+def script(*lines: object) -> ScriptBackend:
+    return ScriptBackend([json.dumps(x) for x in lines])
+
+
+def run(s: Settings, backend: ScriptBackend, control: Control | None = None, goal: str = "test") -> tuple:  # type: ignore[type-arg]
+    sink = Collect()
+    with open_session(s, [sink], control or Control(), goal=goal, backend=backend) as parts:
+        outcome = parts.session.run()
+        context = parts.session.context
+        folder = parts.recorder.folder
+    return outcome, sink, context, folder
+
+
+def test_done_ends_the_session_with_its_result(s: Settings) -> None:
+    outcome, sink, context, _ = run(s, script({"bash": "cd /tmp && echo hi"}, {"bash": "pwd"}, {"done": "all good"}))
+    assert (outcome.status, outcome.result, outcome.turns) == ("done", "all good", 3)
+    finished = [e for e in sink.of(events.ActionFinished) if e.result is not None]
+    assert finished[1].result.output == "/tmp\n" and finished[1].result.prompt() == "0 root@sandbox:/tmp #"
+    assert "hi" in "".join(e.data for e in sink.of(events.OutputChunk))
+    assert isinstance(sink.events[-1], events.SessionEnded)
+
+
+def test_failed_command_shows_exit_code_and_error_to_the_model(s: Settings) -> None:
+    _, _, context, _ = run(s, script({"bash": "ls /nope"}, {"done": "x"}))
+    observation = context.turns[0].observation()
+    assert "[exit 2]" in observation and "No such file or directory" in observation
+
+
+def test_step_limit(s: Settings) -> None:
+    outcome, *_ = run(s.replace(max_steps=2), script(*[{"bash": f"echo {i}"} for i in range(10)]))
+    assert outcome.status == "max_steps" and outcome.turns == 2
+
+
+def test_a_repeating_model_is_told_then_stopped(s: Settings) -> None:
+    outcome, sink, context, _ = run(s.replace(repeat_limit=3), script(*[{"bash": "ls"}] * 10))
+    assert outcome.status == "stuck" and "repeated the same action 3 times" in (outcome.error or "")
+    assert any("exact action 2 times" in n for n in context.turns[1].notes)
+
+
+def test_garbage_answers_stop_the_session_as_stuck(s: Settings) -> None:
+    backend = ScriptBackend(["[1]", "[2]", "[3]", '[{"done": "never"}]'])
+    outcome, sink, context, _ = run(s, backend)
+    assert outcome.status == "stuck" and "not valid actions" in (outcome.error or "")
+    assert "must be a JSON object" in context.turns[0].observation()
+
+
+def test_model_config_changes_are_recorded_and_bad_ones_reported(s: Settings) -> None:
+    outcome, sink, context, _ = run(s, script(
+        {"write": "/app/config.json", "content": '{"temperature": 0.2}'},
+        {"write": "/app/config.json", "content": '{"n_ctx": 99999}'},
+        {"bash": "true"},
+        {"done": "ok"},
+    ))  # fmt: skip
+    changes = sink.of(events.ConfigChanged)
+    assert changes and changes[0].after == {"temperature": 0.2}
+    assert any("n_ctx cannot be changed" in n for n in context.turns[1].notes)
+    assert outcome.status == "done"
+
+
+def test_approval_reject_with_reason_reaches_the_model(s: Settings) -> None:
+    control = Control(approval=True)
+    control.decide(Decision("reject", reason="not on my machine"))
+    control.decide(Decision("edit", action=events.Action("bash", "echo edited")))
+    outcome, sink, context, _ = run(
+        s, script({"bash": "rm -rf /app"}, {"bash": "echo original"}, {"done": "ok"}), control
+    )
+    assert "rejected this action: not on my machine" in context.turns[0].observation()
+    assert "edited" in context.turns[1].observation()
+    assert outcome.status == "done"
+
+
+def test_hint_and_take_over_are_seen_by_the_model(s: Settings) -> None:
+    control = Control()
+    control.pause()
+    sink = Collect()
+    backend = script({"bash": "echo model"}, {"done": "ok"})
+    with open_session(s, [sink], control, goal="g", backend=backend) as parts:
+        worker = threading.Thread(target=parts.session.run)
+        worker.start()
+        control.take_over("echo typed-by-user")
+        control.hint("look in /tmp")
+        control.step()
+        control.resume()
+        worker.join(30)
+        context = parts.session.context
+    first = context.turns[0].observation()
+    assert "The user ran a command" in first and "typed-by-user" in first
+    assert any("A hint from the user: look in /tmp" in n for t in context.turns for n in t.notes)
+    assert any(e.by_user for e in sink.of(events.ActionStarted))
+
+
+def test_recording_is_an_ordered_event_log_and_a_valid_cast(s: Settings) -> None:
+    _, sink, _, folder = run(s, script({"bash": "printf 'a\\033]0;pwned\\007b\\n'"}, {"done": "ok"}))
+    recorded = list(load(folder))
+    assert [type(e).__name__ for _, e in recorded] == [type(e).__name__ for e in sink.events]
+    times = [t for t, _ in recorded]
+    assert times == sorted(times)
+    lines = (folder / "session.cast").read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["version"] == 2 and header["width"] > 0 and header["height"] > 0
+    frames = [json.loads(line) for line in lines[1:]]
+    assert all(f[1] == "o" for f in frames) and [f[0] for f in frames] == sorted(f[0] for f in frames)
+    text = "".join(f[2] for f in frames)
+    assert "^[]0;pwned" in text and "\x1b]0;pwned" not in text  # the model's escape is shown, not run
+    assert actions_script(folder) == ['[{"bash": "printf \'a\\\\033]0;pwned\\\\007b\\\\n\'"}]', '[{"done": "ok"}]']
+
+
+def test_run_task_returns_status_result_error_log(s: Settings, tmp_path: Path) -> None:
+    out = run_task("say hi", timeout=60, max_iterations=5, settings=s,
+                   backend=script({"bash": "echo hi"}, {"done": "said hi"}))  # fmt: skip
+    assert set(out) == {"status", "result", "error", "log"}
+    assert out["status"] == "done" and out["result"] == "said hi" and out["error"] is None
+    assert any("echo hi" in line for line in out["log"])
+
+
+def test_run_task_on_a_read_only_workspace(s: Settings, workspace: Path) -> None:
+    (workspace / "data.txt").write_text("keep")
+    out = run_task("t", timeout=60, max_iterations=5, settings=s, read_only=True,
+                   backend=script({"bash": "echo gone > /app/data.txt"}, {"done": "tried"}))  # fmt: skip
+    assert out["status"] == "done" and (workspace / "data.txt").read_text() == "keep"
+    assert any("Read-only file system" in line for line in out["log"])
+
+
+def test_headless_cli_prints_json_and_exit_status(s: Settings, tmp_path: Path) -> None:
+    actions_file = tmp_path / "actions.jsonl"
+    actions_file.write_text('{"bash": "uname -s"}\n{"done": "it is Linux"}\n')
+    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "app.cli", "--headless", "--goal", "which OS?", "--script", str(actions_file)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=config.ROOT, timeout=120)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and result["status"] == "done" and result["result"] == "it is Linux"
+    assert "Linux" in proc.stderr  # progress lines go to stderr
+    failing = subprocess.run([*cmd[:-2], "--max-steps", "1", "--script", str(actions_file)], capture_output=True,
+                             text=True, env=env, cwd=config.ROOT, timeout=120)  # fmt: skip
+    assert failing.returncode == 1 and json.loads(failing.stdout)["status"] == "max_steps"
+
+
+def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
+    env = {"LLAMA_EXIT_TIMEOUT": "soon", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "--headless", "--goal", "x"], capture_output=True,
+                          text=True, env=env, cwd=config.ROOT, timeout=60)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "LLAMA_EXIT_TIMEOUT='soon' is not a valid float" in proc.stderr

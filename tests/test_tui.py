@@ -1,0 +1,173 @@
+"""The terminal UI driven by Textual's Pilot: keys, panes, approval, floods; a few snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.text import Text
+from textual.events import Key
+
+from app import config
+from app.config import Settings
+from app.tui.app import SandshellApp
+from app.tui.run import live_app, replay_app
+from app.tui.widgets import ShellHighlighter, ShellLog, StatusBar
+
+pytestmark = pytest.mark.anyio
+
+RECORDING = Path(__file__).parent / "data" / "recording"
+SIZE = (120, 36)
+
+
+def settings_for(workspace: Path, tmp_path: Path, *answers: object, **changes: object) -> Settings:
+    script = tmp_path / "script.jsonl"
+    script.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    base = config.load(env_file=None, environ={}).replace(
+        workspace=str(workspace), sessions_dir=str(tmp_path / "sessions"), backend="script",
+        script_path=str(script), intro=False, exit_timeout=5.0,
+    )  # fmt: skip
+    return base.replace(**changes)
+
+
+def log_text(app: SandshellApp) -> str:
+    return "\n".join(app.query_one(ShellLog).lines)
+
+
+async def wait_for(pilot: object, condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the UI"
+        await pilot.pause(0.05)  # type: ignore[attr-defined]
+
+
+async def test_session_streams_into_the_panes_and_ends(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "goal").write_text("count files")
+    s = settings_for(workspace, tmp_path, {"comment": "look", "bash": "echo out; echo err >&2; exit 3"},
+                     {"write": "/app/config.json", "content": '{"temperature": 0.1}'}, {"done": "counted"})  # fmt: skip
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ended is not None)
+        await pilot.pause(0.1)
+        text = log_text(app)
+        assert "0 root@sandbox:/app # echo out; echo err >&2; exit 3" in text
+        assert "out" in text and "err" in text and "[exit 3" in text
+        assert "session done: counted" in text
+        assert "count files" in str(app.query_one("#goal-body").render())
+        assert "temperature" in str(app.query_one("#config-body").render())
+        (stderr_line,) = [ln for ln in app.query_one(ShellLog).lines if ln.endswith(" err")]
+        styled = Text(stderr_line)
+        ShellHighlighter().highlight(styled)
+        assert any("red" in str(span.style) for span in styled.spans)  # stderr is told apart
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_pause_step_resume(workspace: Path, tmp_path: Path) -> None:
+    s = settings_for(workspace, tmp_path, *[{"bash": f"echo step{i}"} for i in range(6)], {"done": "x"})
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        status = app.query_one(StatusBar)
+        assert status.state == "paused"
+        await pilot.pause(0.5)
+        ran = log_text(app).count("# echo step")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: log_text(app).count("# echo step") == ran + 1)
+        await pilot.pause(0.5)
+        assert log_text(app).count("# echo step") == ran + 1  # one step, then paused again
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.ended is not None)
+        await pilot.press("q")
+
+
+async def test_approval_approve_edit_and_reject_with_reason(workspace: Path, tmp_path: Path) -> None:
+    s = settings_for(workspace, tmp_path, {"bash": "echo first"}, {"bash": "echo second"}, {"bash": "rm -rf /app"},
+                     {"done": "x"}, approval=True)  # fmt: skip
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.pending is not None)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "  first" in log_text(app))
+        await wait_for(pilot, lambda: app.pending is not None and app.pending.arg == "echo second")
+        await pilot.press("e")
+        box = app.query_one("#ask")
+        box.value = "echo edited"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "\n  edited" in log_text(app))
+        await wait_for(pilot, lambda: app.pending is not None and app.pending.arg == "rm -rf /app")
+        await pilot.press("r")
+        await pilot.press(*"not here")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.ended is not None)
+        assert "rejected this action: not here" in log_text(app)
+        await pilot.press("q")
+
+
+async def test_hint_and_take_over(workspace: Path, tmp_path: Path) -> None:
+    s = settings_for(workspace, tmp_path, *[{"bash": "sleep 0.3"}] * 3, {"done": "x"}, repeat_limit=0)
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        await pilot.press("t")
+        await pilot.press(*"echo mine")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "echo mine   (you)" in log_text(app))
+        await pilot.press("h")
+        await pilot.press(*"try ls")
+        await pilot.press("enter")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "hint sent: try ls" in log_text(app))
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_keys_answer_while_yes_floods(workspace: Path, tmp_path: Path) -> None:
+    s = settings_for(workspace, tmp_path, {"bash": "yes", "timeout": 8}, {"done": "x"}, output_limit=0, spill_limit=0)
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "\n  y\n  y" in log_text(app))
+        # A key as the terminal would deliver it (Pilot.press waits for an idle app, which a flood never is).
+        start = time.monotonic()
+        app.post_message(Key("p", "p"))
+        while app.query_one(StatusBar).state != "paused":
+            assert time.monotonic() - start < 1.0, "the key was not answered within a second"
+            await asyncio.sleep(0.01)
+        assert len(app.query_one(ShellLog).lines) <= s.ui_max_lines
+        start = time.monotonic()
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, seconds=15)
+        assert time.monotonic() - start < 12  # quitting interrupts the flood instead of waiting it out
+
+
+async def test_replay_shows_a_recording_and_keeps_escapes_inert() -> None:
+    app = replay_app(RECORDING, speed=100.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ended is not None)
+        text = log_text(app)
+        assert "6.1.0-sandshell" in text and "^[]0;pwned\\x07" in text
+        assert "\x1b" not in text
+
+
+@pytest.mark.parametrize("when", ["end"])
+def test_snapshot_replayed_session(snap_compare: Callable[..., bool], when: str) -> None:
+    async def finish(pilot: object) -> None:
+        app = pilot.app  # type: ignore[attr-defined]
+        await wait_for(pilot, lambda: app.ended is not None)
+        await pilot.pause(0.2)  # type: ignore[attr-defined]
+
+    assert snap_compare(replay_app(RECORDING, speed=100.0), terminal_size=SIZE, run_before=finish)
+
+
+def test_snapshot_hint_input(snap_compare: Callable[..., bool]) -> None:
+    async def open_hint(pilot: object) -> None:
+        app = pilot.app  # type: ignore[attr-defined]
+        await wait_for(pilot, lambda: app.ended is not None)
+        await pilot.press("h", *"try uname -a")  # type: ignore[attr-defined]
+        await pilot.pause(0.2)  # type: ignore[attr-defined]
+
+    assert snap_compare(replay_app(RECORDING, speed=100.0), terminal_size=SIZE, run_before=open_hint)
