@@ -64,7 +64,7 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
             return 1
     if ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
         try:
-            saved = archive(ws, settings.path("workspace-archive"))
+            saved = archive(ws, ws.parent / f"{ws.name}-archive")
         except OSError as e:
             raise SandshellError(f"cannot archive the workspace ({e.strerror or e}); nothing was changed") from None
         _say(f"the old workspace is kept in {saved}")

@@ -12,7 +12,7 @@ from app.errors import ModelError
 from app.model import LlamaBackend, Model, Reply, ScriptBackend, Stats, resolve_model_path
 
 MESSAGES = [
-    {"role": "system", "content": open(config.ROOT / "system.md").read()},
+    {"role": "system", "content": (config.ROOT / "system.md").read_text()},
     {"role": "user", "content": "Begin. Your goal: find out the kernel version."},
 ]
 
@@ -80,7 +80,7 @@ def test_kv_cache_is_reused_for_a_stable_prefix(backend: LlamaBackend) -> None:
 
 def test_count_matches_what_is_evaluated(backend: LlamaBackend) -> None:
     counted = backend.count(MESSAGES)
-    streamed = [s for s in backend.stream(MESSAGES, {"max_tokens": 8}) if isinstance(s, Stats)][0]
+    streamed = next(s for s in backend.stream(MESSAGES, {"max_tokens": 8}) if isinstance(s, Stats))
     assert counted == streamed.prompt_tokens
 
 

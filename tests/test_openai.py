@@ -74,5 +74,5 @@ def test_streams_and_parses_with_a_constraint(server: str) -> None:
 
 def test_unreachable_server_is_one_sentence() -> None:
     settings = config.load(env_file=None, environ={}).replace(openai_base_url="http://127.0.0.1:9/v1")
-    with pytest.raises(ModelError, match="cannot reach the model server at http://127.0.0.1:9/v1"):
+    with pytest.raises(ModelError, match=r"cannot reach the model server at http://127\.0\.0\.1:9/v1"):
         list(OpenAIBackend(settings).stream([{"role": "user", "content": "hi"}], {}))

@@ -50,7 +50,7 @@ def run(s: Settings, backend: ScriptBackend, control: Control | None = None, goa
 
 
 def test_done_ends_the_session_with_its_result(s: Settings) -> None:
-    outcome, sink, context, _ = run(s, script({"bash": "cd /tmp && echo hi"}, {"bash": "pwd"}, {"done": "all good"}))
+    outcome, sink, _context, _ = run(s, script({"bash": "cd /tmp && echo hi"}, {"bash": "pwd"}, {"done": "all good"}))
     assert (outcome.status, outcome.result, outcome.turns) == ("done", "all good", 3)
     finished = [e for e in sink.of(events.ActionFinished) if e.result is not None]
     assert finished[1].result.output == "/tmp\n" and finished[1].result.prompt() == "0 root@sandbox:/tmp #"
@@ -70,14 +70,14 @@ def test_step_limit(s: Settings) -> None:
 
 
 def test_a_repeating_model_is_told_then_stopped(s: Settings) -> None:
-    outcome, sink, context, _ = run(s.replace(repeat_limit=3), script(*[{"bash": "ls"}] * 10))
+    outcome, _sink, context, _ = run(s.replace(repeat_limit=3), script(*[{"bash": "ls"}] * 10))
     assert outcome.status == "stuck" and "repeated the same action 3 times" in (outcome.error or "")
     assert any("exact action 2 times" in n for n in context.turns[1].notes)
 
 
 def test_garbage_answers_stop_the_session_as_stuck(s: Settings) -> None:
     backend = ScriptBackend(["[1]", "[2]", "[3]", '[{"done": "never"}]'])
-    outcome, sink, context, _ = run(s, backend)
+    outcome, _sink, context, _ = run(s, backend)
     assert outcome.status == "stuck" and "not valid actions" in (outcome.error or "")
     assert "must be a JSON object" in context.turns[0].observation()
 
@@ -99,7 +99,7 @@ def test_approval_reject_with_reason_reaches_the_model(s: Settings) -> None:
     control = Control(approval=True)
     control.decide(Decision("reject", reason="not on my machine"))
     control.decide(Decision("edit", action=events.Action("bash", "echo edited")))
-    outcome, sink, context, _ = run(
+    outcome, _sink, context, _ = run(
         s, script({"bash": "rm -rf /app"}, {"bash": "echo original"}, {"done": "ok"}), control
     )
     assert "rejected this action: not on my machine" in context.turns[0].observation()

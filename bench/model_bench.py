@@ -1,0 +1,106 @@
+"""Model benchmarks on the default GGUF: backend overhead, the constraint's cost, KV-cache reuse per turn.
+
+Run: .venv/bin/python bench/model_bench.py [--tokens 128] [--turns 20]
+Prints Markdown tables (paste into docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from app import actions, config
+from app.actions import Action
+from app.context import Context, Step, Turn, brief_command, observe_command
+from app.model import LlamaBackend, Stats
+from app.sandbox import Sandbox
+
+SYSTEM = (config.ROOT / "system.md").read_text()
+MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Begin. Goal: describe this machine."}]
+COMMANDS = [
+    "uname -a", "cat /etc/os-release", "ls -la /", "df -h", "ps aux", "ls /usr/bin | head -80", "env | sort",
+    "python3 --version", "cat /proc/cpuinfo | head -30", "free -m", "ls -la /app", "id", "cat /etc/passwd",
+    "mount | head -20", "ls /etc | head -60", "git --version", "ip addr 2>&1 | head", "seq 1 400",
+    "find /usr/lib/python3* -maxdepth 1 | head -50", "dpkg -l | head -60",
+]  # fmt: skip
+
+
+def gen_rate(backend: LlamaBackend, params: dict[str, Any], runs: int) -> float:
+    rates = []
+    for seed in range(runs):
+        backend.llm.reset()
+        stats = [s for s in backend.stream(MESSAGES, {**params, "seed": seed}) if isinstance(s, Stats)][0]
+        rates.append(stats.tokens_per_second)
+    return statistics.median(rates)
+
+
+def plain_rate(backend: LlamaBackend, params: dict[str, Any], runs: int) -> float:
+    """The same prompt through llama-cpp-python directly."""
+    rates = []
+    for seed in range(runs):
+        backend.llm.reset()
+        start = time.perf_counter()
+        first = None
+        n = 0
+        chunks = backend.llm.create_chat_completion(messages=MESSAGES, stream=True, seed=seed, **params)  # type: ignore[arg-type]
+        for chunk in chunks:
+            if chunk["choices"][0]["delta"].get("content"):  # type: ignore[index, union-attr]
+                first = first or time.perf_counter()
+                n += 1
+        if first is not None:
+            rates.append(n / (time.perf_counter() - first))
+    return statistics.median(rates)
+
+
+def conversation(turns: int) -> list[tuple[int, int, int, float]]:
+    """A scripted session on the real model and sandbox: per turn (prompt, evaluated, cached, ttft)."""
+    settings = config.load(env_file=None, environ={})
+    backend = LlamaBackend(settings)
+    ctx = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+        for i in range(turns):
+            messages, _ = ctx.messages(SYSTEM, "Begin. The shell is ready: 0 root@sandbox:/app #")
+            stats = [s for s in backend.stream(messages, {"max_tokens": 24, "seed": i}) if isinstance(s, Stats)][0]
+            rows.append((stats.prompt_tokens, stats.prompt_tokens - stats.cached_tokens, stats.cached_tokens, stats.ttft))
+            action = Action("bash", COMMANDS[i % len(COMMANDS)])
+            result = sb.execute(action.arg)
+            step = Step(action, observe_command(result, ctx.observation_chars), brief_command(result), not result.ok)
+            ctx.turns.append(Turn(answer=actions.dumps([action]), steps=[step]))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--turns", type=int, default=20)
+    args = ap.parse_args()
+    base = config.load(env_file=None, environ={})
+    params = {"max_tokens": args.tokens, "temperature": 0.8}
+    free = LlamaBackend(base.replace(grammar=False))
+    ours = gen_rate(free, params, args.runs)
+    plain = plain_rate(free, params, args.runs)
+    constrained = gen_rate(LlamaBackend(base), params, args.runs)
+    print("| generation (default model, 2 threads) | tokens/s (median of runs) | ratio |")
+    print("|---|---|---|")
+    print(f"| plain llama-cpp-python, unconstrained | {plain:.1f} | 1.00 |")
+    print(f"| sandshell backend, unconstrained | {ours:.1f} | {ours / plain:.2f} of plain |")
+    print(f"| sandshell backend, constrained (GBNF) | {constrained:.1f} | {constrained / ours:.2f} of unconstrained |")
+    print()
+    rows = conversation(args.turns)
+    print("| turn | prompt tokens | evaluated | from cache | cache share | time to first token |")
+    print("|---|---|---|---|---|---|")
+    for i, (prompt, evaluated, cached, ttft) in enumerate(rows, 1):
+        print(f"| {i} | {prompt} | {evaluated} | {cached} | {cached / prompt:.0%} | {ttft * 1000:.0f} ms |")
+    later = [c / p for p, _, c, _ in rows[2:]]
+    print(f"\nAfter turn 2, turns with at least 80% of the prompt from cache: "
+          f"{sum(1 for x in later if x >= 0.8)} of {len(later)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Sandbox benchmarks: round trip, throughput and host memory, against `docker exec` on the same container.
+
+Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1]
+Prints a Markdown table (paste into docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from app import config
+from app.protocol import Output
+from app.sandbox import Sandbox
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def round_trips(sb: Sandbox, runs: int) -> tuple[list[float], list[float]]:
+    agent, cli = [], []
+    for _ in range(5):
+        sb.execute("true")
+    for _ in range(runs):
+        t = time.perf_counter()
+        sb.execute("true")
+        agent.append(time.perf_counter() - t)
+    for _ in range(max(20, runs // 5)):  # docker exec is ~100x slower: fewer runs say as much
+        t = time.perf_counter()
+        subprocess.run(["docker", "exec", sb.container.id, "true"], check=True)
+        cli.append(time.perf_counter() - t)
+    return agent, cli
+
+
+def throughput(sb: Sandbox, mb: int) -> tuple[float, float]:
+    command = f"head -c {mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
+    t = time.perf_counter()
+    got = sum(len(e.data) for e in sb.stream(command, timeout=300) if isinstance(e, Output))
+    agent = time.perf_counter() - t
+    assert got >= mb * 1024 * 1024, got
+    t = time.perf_counter()
+    proc = subprocess.Popen(["docker", "exec", sb.container.id, "bash", "-c", command], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    total = 0
+    while chunk := proc.stdout.read(1 << 16):
+        total += len(chunk)
+    proc.wait()
+    cli = time.perf_counter() - t
+    return mb / agent, mb / cli
+
+
+def peak_rss(sb: Sandbox, gb: int) -> tuple[float, float, float]:
+    me = psutil.Process()
+    before = me.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], me.memory_info().rss)
+            time.sleep(0.05)
+
+    threading.Thread(target=sample, daemon=True).start()
+    t = time.perf_counter()
+    got = sum(len(e.data) for e in sb.stream(f"head -c {gb}G /dev/zero | tr '\\0' 'y'", timeout=600)
+              if isinstance(e, Output))  # fmt: skip
+    seconds = time.perf_counter() - t
+    done.set()
+    assert got >= gb * 1024**3, got
+    return before / 2**20, peak[0] / 2**20, seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--mb", type=int, default=100)
+    ap.add_argument("--gb", type=int, default=1)
+    args = ap.parse_args()
+    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+        agent, cli = round_trips(sb, args.runs)
+        a_mbs, c_mbs = throughput(sb, args.mb)
+        rss0, rss1, secs = peak_rss(sb, args.gb)
+    ms = 1000
+    print("| measure | sandshell agent | docker exec | ratio |")
+    print("|---|---|---|---|")
+    print(f"| `true` round trip, median | {statistics.median(agent) * ms:.2f} ms | {statistics.median(cli) * ms:.1f} ms "
+          f"| {statistics.median(cli) / statistics.median(agent):.0f}x faster |")  # fmt: skip
+    print(f"| `true` round trip, p95 | {pct(agent, 0.95) * ms:.2f} ms | {pct(cli, 0.95) * ms:.1f} ms "
+          f"| {pct(cli, 0.95) / pct(agent, 0.95):.0f}x faster |")  # fmt: skip
+    print(f"| {args.mb} MB of output to the host | {a_mbs:.0f} MB/s | {c_mbs:.0f} MB/s | {a_mbs / c_mbs:.2f}x |")
+    print(f"| host RSS while {args.gb} GB streams ({secs:.0f} s) | {rss0:.0f} MB before, {rss1:.0f} MB peak | | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""start.sh in a real terminal, reset.sh, and a host process killed mid-command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from app import config, engine
+
+ROOT = config.ROOT
+
+
+def env_for(tmp_path: Path, workspace: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SANDSHELL_"))}
+    env.update(
+        SANDSHELL_WORKSPACE=str(workspace), SANDSHELL_SESSIONS_DIR=str(tmp_path / "sessions"), TERM="xterm-256color"
+    )
+    env.update(extra)
+    return env
+
+
+def _screen(name: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+
+
+def _wait_screen(name: str, pattern: str, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        screen = _screen(name)
+        if re.search(pattern, screen):
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} not on screen after {seconds}s:\n{_screen(name)}")
+
+
+@pytest.mark.slow
+def test_start_sh_reaches_the_models_first_command_and_quits_cleanly(tmp_path: Path, workspace: Path) -> None:
+    """./start.sh in a real terminal (tmux renders the screen as a user sees it)."""
+    name = f"sandshell-test-{os.getpid()}"
+    env = env_for(tmp_path, workspace)
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.startswith(("SANDSHELL_", "TERM")))
+    command = f"cd {shlex.quote(str(ROOT))} && env {exports} ./start.sh; echo EXIT=$?; sleep 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "36", command], check=True)
+    try:
+        _wait_screen(name, r"0 root@sandbox:/app # pwd && ls -la", 240)  # the intro ran in the sandbox
+        _wait_screen(name, r"turn 1 ─", 60)
+        _wait_screen(name, r"turn 1 ─[\s\S]*\n *[❯◆] ", 120)  # the model's own first action ran
+        subprocess.run(["tmux", "send-keys", "-t", name, "q"], check=True)
+        screen = _wait_screen(name, r"EXIT=\d+", 60)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    assert "EXIT=0" in screen and "session quit" in screen
+    assert "turn 1" not in screen  # the UI is gone: the terminal was restored to the shell's screen
+    cli = docker.from_env()
+    assert not cli.containers.list(all=True, filters={"label": engine.LABEL}), "start.sh left a container"
+
+
+def test_start_sh_without_a_terminal_says_so(tmp_path: Path, workspace: Path) -> None:
+    proc = subprocess.run(["./start.sh"], cwd=ROOT, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "needs a terminal" in proc.stderr
+
+
+def test_reset_sh_archives_then_lays_out_starter_files(tmp_path: Path, workspace: Path) -> None:
+    (workspace / "notes.md").write_text("precious")
+    (workspace / "deep").mkdir()
+    (workspace / "deep" / "f").write_text("x")
+    (workspace / "link").symlink_to("/etc/passwd")
+    proc = subprocess.run(["./reset.sh", "--yes"], cwd=ROOT, env=env_for(tmp_path, workspace),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in workspace.iterdir()) == ["config.json", "goal", "system.md"]
+    assert json.loads((workspace / "config.json").read_text())["temperature"] == 0.7
+    archives = list((tmp_path / "workspace-archive").glob("workspace-*.tar.gz"))
+    assert len(archives) == 1 and str(archives[0]) in proc.stderr
+    with tarfile.open(archives[0]) as tar:
+        names = tar.getnames()
+        assert tar.extractfile("workspace/notes.md").read() == b"precious"  # type: ignore[union-attr]
+        assert tar.getmember("workspace/link").issym()  # kept as a link, /etc/passwd not copied
+    assert "workspace/deep/f" in names
+
+
+def test_reset_without_yes_and_without_a_terminal_changes_nothing(tmp_path: Path, workspace: Path) -> None:
+    (workspace / "keep").write_text("k")
+    proc = subprocess.run(["./reset.sh"], cwd=ROOT, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1 and "--yes" in proc.stderr and (workspace / "keep").exists()
+
+
+def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
+    tmp_path: Path, workspace: Path, docker_client: docker.DockerClient
+) -> None:
+    (workspace / "data").write_text("intact")
+    script = tmp_path / "a.jsonl"
+    script.write_text('{"bash": "echo started; sleep 60", "timeout": 90}\n{"done": "never"}\n')
+    env = env_for(tmp_path, workspace, LLAMA_INTRO="false")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--headless", "--goal", "g", "--script", str(script)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    log = None
+    while time.monotonic() < deadline:
+        logs = list((tmp_path / "sessions").glob("*/events.jsonl"))
+        if logs and '"OutputChunk"' in logs[0].read_text():
+            log = logs[0]
+            break
+        time.sleep(0.1)
+    assert log is not None, "the command never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["type"] for r in records][-2:] == ["ActionStarted", "OutputChunk"]
+    orphans = docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+    assert orphans, "the killed session's container should still be there before the next start"
+    prepared = subprocess.run([sys.executable, "-m", "app.cli", "prepare"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert prepared.returncode == 0, prepared.stderr
+    assert "removed leftover container" in prepared.stderr
+    assert not docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+    assert (workspace / "data").read_text() == "intact"
