@@ -35,6 +35,7 @@ class Connection:
         """Connect and authenticate; returns the agent's hello."""
         family = socket.AF_UNIX if isinstance(self.address, str) else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         sock.settimeout(timeout)
         try:
             sock.connect(self.address)

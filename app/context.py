@@ -17,6 +17,7 @@ from app.model import Message
 from app.protocol import Result
 
 CHARS_PER_TOKEN = 3.5
+LOW_WATER = 0.6  # after a shrink the prompt takes at most this share of the room
 
 
 def cut(text: str, limit: int, where: str | None = None) -> str:
@@ -105,17 +106,24 @@ class Context:
         return self.n_ctx - self.max_tokens - self.margin
 
     @property
+    def low_water(self) -> int:
+        return int(self.limit * LOW_WATER)
+
+    @property
     def observation_chars(self) -> int:
         """Characters one observation may take: a fifth of the room left for history."""
         return max(400, int((self.n_ctx - self.max_tokens) / 5 * CHARS_PER_TOKEN))
 
     def messages(self, system: str, opening: str) -> tuple[list[Message], int]:
         """The messages for the next turn and their token count; shrinks history until they fit."""
-        while True:
-            msgs = self._render(system, opening)
-            used = self.count(msgs)
-            if used <= self.limit or not self._shrink():
-                break
+        msgs = self._render(system, opening)
+        used = self.count(msgs)
+        if used > self.limit:
+            # Shrink well below the limit, so that the next turns fit without touching the history
+            # again: every shrink moves the prompt's prefix and costs a re-evaluation of the cache.
+            while used > self.low_water and self._shrink():
+                msgs = self._render(system, opening)
+                used = self.count(msgs)
         if used > self.limit:
             # Only the system prompt and the last turn are left and still too long: cut them.
             overflow = int((used - self.limit) * CHARS_PER_TOKEN) + 200

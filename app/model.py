@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from app import actions
+from app import actions, sampling
 from app.actions import Action, ParseError
 from app.config import Settings
 from app.errors import ModelError
@@ -109,6 +109,7 @@ class LlamaBackend:
             raise ModelError(f"llama.cpp could not load {self.path.name}: {e}") from None
         self.n_ctx = self.llm.n_ctx()
         self.grammar = LlamaGrammar.from_string(actions.GRAMMAR, verbose=False) if settings.grammar else None
+        self.fast = sampling.GrammarSampler(self.llm, actions.GRAMMAR) if settings.grammar else None
         template = self.llm.metadata.get("tokenizer.chat_template")
         self.formatter = None
         if template and "chat_format" not in settings.load_params:
@@ -143,6 +144,9 @@ class LlamaBackend:
             tokens, stop = self._prompt(messages)
             stats.prompt_tokens = len(tokens)
             stats.cached_tokens = _common_prefix(list(self.llm._input_ids[: self.llm.n_tokens]), tokens)
+            if self.fast is not None and sampling.supports(params):
+                yield from self._stream_fast(tokens, params, stats, start)
+                return
             chunks: Any = self.llm.create_completion(prompt=tokens, stop=stop or None, **kwargs)
             get = _completion_text
         else:
@@ -153,6 +157,23 @@ class LlamaBackend:
             for chunk in chunks:
                 stats.cut = stats.cut or chunk["choices"][0].get("finish_reason") == "length"
                 text = get(chunk)
+                if text:
+                    if not stats.completion_tokens:
+                        stats.ttft = time.perf_counter() - start
+                    stats.completion_tokens += 1
+                    yield text
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"llama.cpp failed while generating: {e}") from None
+        stats.seconds = time.perf_counter() - start
+        yield stats
+
+    def _stream_fast(
+        self, tokens: list[int], params: dict[str, Any], stats: Stats, start: float
+    ) -> Iterator[str | Stats]:
+        assert self.fast is not None
+        try:
+            for text, cut in self.fast.generate(tokens, params):
+                stats.cut = stats.cut or cut
                 if text:
                     if not stats.completion_tokens:
                         stats.ttft = time.perf_counter() - start

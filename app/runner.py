@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from app import config
 from app.config import Settings
 from app.control import Control
 from app.errors import SandshellError
-from app.events import Event, ModelReplied, ModelText, SessionEnded, Sink
+from app.events import Event, ModelReplied, ModelText, Sink
 from app.model import Backend, Model, make_backend
 from app.recorder import Recorder
-from app.sandbox import Sandbox
+from app.sandbox import Sandbox, new_session_id
 from app.session import Outcome, Session, session_dir
 from app.transcript import render
 
@@ -32,12 +30,6 @@ class Parts:
     session: Session
     sandbox: Sandbox
     recorder: Recorder
-
-
-def new_session_id() -> str:
-    import secrets
-
-    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
 @contextmanager
@@ -122,4 +114,4 @@ def print_result(result: dict[str, Any]) -> int:
     return 0 if result["status"] == "done" else 1
 
 
-__all__ = ["LineLog", "Parts", "Path", "SessionEnded", "open_session", "print_result", "run_task"]
+__all__ = ["LineLog", "Parts", "open_session", "print_result", "run_task"]

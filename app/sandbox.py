@@ -47,7 +47,7 @@ class Sandbox:
 
         self.settings = settings or config.load()
         self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
-        self.session_id = session_id or time.strftime("%Y%m%d-%H%M%S-") + _token(4)
+        self.session_id = session_id or new_session_id()
         self.log = log
         self.container: Any = None
         self.conn: Connection | None = None
@@ -153,10 +153,25 @@ class Sandbox:
             cid = f"c{next(self._ids)}"
             self._running = cid
             try:
-                self.conn.send({"type": "run", "id": cid, "command": command, "timeout": seconds})
+                self._send_run({"type": "run", "id": cid, "command": command, "timeout": seconds})
                 yield from self._follow(command, cid, seconds)
             finally:
                 self._running = None
+
+    def _send_run(self, frame: dict[str, Any]) -> None:
+        """Send a command; if the sandbox died since the last one, start a fresh one first (nothing ran yet)."""
+        assert self.conn is not None
+        try:
+            self.conn.send(frame)
+            return
+        except ConnectionLost:
+            pass
+        if not self._reconnect({}):
+            self._lost()
+            self.log("the sandbox was lost between commands; starting a fresh one")
+            self.restart()
+        assert self.conn is not None
+        self.conn.send(frame)
 
     def _follow(self, command: str, cid: str, seconds: float) -> Iterator[Event]:
         assert self.conn is not None
@@ -307,10 +322,11 @@ def _with_output(result: Result, collector: OutputCollector) -> Result:
     return dataclasses.replace(result, output=collector.text(tail), stderr_tail=collector.stderr_tail)
 
 
-def _token(nbytes: int) -> str:
+def new_session_id() -> str:
+    """A session's name: when it started, and a little randomness (`20261122-011200-ab12`)."""
     import secrets
 
-    return secrets.token_hex(nbytes)
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-__all__ = ["Event", "Sandbox", "runtime_dir"]
+__all__ = ["Event", "Sandbox", "new_session_id", "runtime_dir"]

@@ -96,19 +96,23 @@ class Session:
         self.started = time.monotonic()
 
     def emit(self, event: Event) -> None:
+        """Give the event to every sink; a sink's failure (a full disk) is raised after all have it."""
+        failure: SandshellError | None = None
         for sink in self.sinks:
-            sink.emit(event)
+            try:
+                sink.emit(event)
+            except SandshellError as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> Outcome:
         """Run until done, a limit, a stuck model or quit; always ends with SessionEnded."""
         name = getattr(self.model.backend, "description", self.model.backend.name)
-        self.emit(
-            SessionStarted(
-                self.session_id, name, self.settings.profile, self.settings.workspace, _public(self.settings)
-            )
-        )
+        s = self.settings
         try:
+            self.emit(SessionStarted(self.session_id, name, s.profile, s.workspace, _public(s)))
             if self.settings.intro:
                 self._intro()
             outcome = self._loop()
@@ -117,8 +121,11 @@ class Session:
         except KeyboardInterrupt:
             outcome = Outcome("quit", error="interrupted")
         outcome.turns, outcome.seconds = self.turns, round(time.monotonic() - self.started, 2)
-        self.emit(Phase("done"))
-        self.emit(SessionEnded(outcome.status, outcome.result, outcome.error, outcome.turns, outcome.seconds))
+        try:
+            self.emit(Phase("done"))
+            self.emit(SessionEnded(outcome.status, outcome.result, outcome.error, outcome.turns, outcome.seconds))
+        except SandshellError:
+            pass  # a sink that already failed (the recorder, on a full disk) said so in the outcome
         return outcome
 
     def _loop(self) -> Outcome:

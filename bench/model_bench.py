@@ -33,7 +33,7 @@ def gen_rate(backend: LlamaBackend, params: dict[str, Any], runs: int) -> float:
     rates = []
     for seed in range(runs):
         backend.llm.reset()
-        stats = [s for s in backend.stream(MESSAGES, {**params, "seed": seed}) if isinstance(s, Stats)][0]
+        stats = next(s for s in backend.stream(MESSAGES, {**params, "seed": seed}) if isinstance(s, Stats))
         rates.append(stats.tokens_per_second)
     return statistics.median(rates)
 
@@ -43,7 +43,7 @@ def plain_rate(backend: LlamaBackend, params: dict[str, Any], runs: int) -> floa
     rates = []
     for seed in range(runs):
         backend.llm.reset()
-        start = time.perf_counter()
+        time.perf_counter()
         first = None
         n = 0
         chunks = backend.llm.create_chat_completion(messages=MESSAGES, stream=True, seed=seed, **params)  # type: ignore[arg-type]
@@ -65,8 +65,10 @@ def conversation(turns: int) -> list[tuple[int, int, int, float]]:
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         for i in range(turns):
             messages, _ = ctx.messages(SYSTEM, "Begin. The shell is ready: 0 root@sandbox:/app #")
-            stats = [s for s in backend.stream(messages, {"max_tokens": 24, "seed": i}) if isinstance(s, Stats)][0]
-            rows.append((stats.prompt_tokens, stats.prompt_tokens - stats.cached_tokens, stats.cached_tokens, stats.ttft))
+            stats = next(s for s in backend.stream(messages, {"max_tokens": 24, "seed": i}) if isinstance(s, Stats))
+            rows.append(
+                (stats.prompt_tokens, stats.prompt_tokens - stats.cached_tokens, stats.cached_tokens, stats.ttft)
+            )
             action = Action("bash", COMMANDS[i % len(COMMANDS)])
             result = sb.execute(action.arg)
             step = Step(action, observe_command(result, ctx.observation_chars), brief_command(result), not result.ok)
@@ -85,12 +87,21 @@ def main() -> None:
     free = LlamaBackend(base.replace(grammar=False))
     ours = gen_rate(free, params, args.runs)
     plain = plain_rate(free, params, args.runs)
-    constrained = gen_rate(LlamaBackend(base), params, args.runs)
+    grammar_backend = LlamaBackend(base)
+    constrained = gen_rate(grammar_backend, params, args.runs)
+    assert grammar_backend.fast is not None
     print("| generation (default model, 2 threads) | tokens/s (median of runs) | ratio |")
     print("|---|---|---|")
     print(f"| plain llama-cpp-python, unconstrained | {plain:.1f} | 1.00 |")
     print(f"| sandshell backend, unconstrained | {ours:.1f} | {ours / plain:.2f} of plain |")
-    print(f"| sandshell backend, constrained (GBNF) | {constrained:.1f} | {constrained / ours:.2f} of unconstrained |")
+    print(
+        f"| sandshell backend, constrained (GBNF, sample-then-check) | {constrained:.1f} "
+        f"| {constrained / ours:.2f} of unconstrained |"
+    )
+    print(
+        f"\nThe grammar overruled the model's first choice {grammar_backend.fast.resampled} times "
+        f"in {args.runs} answers of up to {args.tokens} tokens."
+    )
     print()
     rows = conversation(args.turns)
     print("| turn | prompt tokens | evaluated | from cache | cache share | time to first token |")

@@ -56,11 +56,29 @@ def sb(shared_workspace: Path) -> Iterator[Sandbox]:
 def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]:
     """After the whole suite, no container labelled sandshell.session may remain."""
     yield
-    left = docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+    left = [
+        c
+        for c in docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+        # ours (made in this process), or orphaned by a process a test started; another live
+        # session on this machine is none of the suite's business
+        if c.labels.get(engine.PID_LABEL) == str(os.getpid()) or not _alive(c.labels.get(engine.PID_LABEL, ""))
+    ]
     names = [c.name for c in left]
     for c in left:
         c.remove(force=True)
     assert not names, f"containers left behind: {names}"
+
+
+def _alive(pid: str) -> bool:
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def pytest_report_header() -> str:

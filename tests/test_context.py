@@ -73,3 +73,17 @@ def test_failed_command_observation_has_exit_code_and_stderr_tail() -> None:
     text = observe_command(r, 4000)
     assert "[exit 2]" in text and "make: *** [all] Error 2" in text
     assert text.endswith("2 root@sandbox:/app #")
+
+
+def test_a_shrink_leaves_room_so_the_next_turns_keep_the_prefix() -> None:
+    ctx = Context(n_ctx=4096, max_tokens=256, margin=32, count=count)
+    shrinks = 0
+    previous: list[Message] = []
+    for i in range(40):
+        ctx.turns.append(turn(i, "q" * 1500))
+        msgs, used = ctx.messages("sys", "Begin.")
+        assert used <= ctx.limit
+        if previous and msgs[: len(previous)] != previous:
+            shrinks += 1
+        previous = msgs
+    assert shrinks <= 40 // 3, shrinks  # most turns only append to the prompt

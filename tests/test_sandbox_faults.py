@@ -177,3 +177,15 @@ def test_locked_profile(workspace: Path, settings: Settings) -> None:
         assert sb.execute("cd /tmp && export A=1").return_code == 0
         assert sb.execute("echo $A; pwd").output == "1\n/tmp\n"
     assert (workspace / "mine").stat().st_uid == 1000
+
+
+def test_a_container_killed_between_commands_is_replaced(
+    workspace: Path, settings: Settings, docker_client: docker.DockerClient
+) -> None:
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        first = sb.container.id
+        assert sb.execute("echo one").output == "one\n"
+        docker_client.containers.get(first).kill()
+        time.sleep(0.5)
+        assert sb.execute("echo two").output == "two\n"
+        assert sb.container.id != first

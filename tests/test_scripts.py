@@ -62,8 +62,10 @@ def test_start_sh_reaches_the_models_first_command_and_quits_cleanly(tmp_path: P
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
     assert "EXIT=0" in screen and "session quit" in screen
     assert "turn 1" not in screen  # the UI is gone: the terminal was restored to the shell's screen
-    cli = docker.from_env()
-    assert not cli.containers.list(all=True, filters={"label": engine.LABEL}), "start.sh left a container"
+    sessions = [p.name for p in (tmp_path / "sessions").iterdir()]
+    assert len(sessions) == 1
+    left = docker.from_env().containers.list(all=True, filters={"label": f"{engine.LABEL}={sessions[0]}"})
+    assert not left, "start.sh left its container behind"
 
 
 def test_start_sh_without_a_terminal_says_so(tmp_path: Path, workspace: Path) -> None:
@@ -121,11 +123,11 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     proc.wait()
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["type"] for r in records][-2:] == ["ActionStarted", "OutputChunk"]
-    orphans = docker_client.containers.list(all=True, filters={"label": engine.LABEL})
-    assert orphans, "the killed session's container should still be there before the next start"
+    mine = {"label": f"{engine.LABEL}={log.parent.name}"}  # this session's container, not another's
+    assert docker_client.containers.list(all=True, filters=mine), "the orphan should be there before the next start"
     prepared = subprocess.run([sys.executable, "-m", "app.cli", "prepare"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
     assert prepared.returncode == 0, prepared.stderr
-    assert "removed leftover container" in prepared.stderr
-    assert not docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+    assert f"removed leftover container sandshell-{log.parent.name}" in prepared.stderr
+    assert not docker_client.containers.list(all=True, filters=mine)
     assert (workspace / "data").read_text() == "intact"

@@ -39,7 +39,7 @@ class Command:
         self.spill_path: str | None = None
         self._spill: Any = None
         self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
-        self.pending: list[tuple[str, str]] = []  # (stream, text) in arrival order
+        self.pending: list[tuple[str, list[str]]] = []  # (stream, texts) in arrival order
         self.pending_chars = 0
         self.pending_since: float | None = None
         self.timed_out = False
@@ -75,9 +75,9 @@ class Command:
         if self.pending_since is None:
             self.pending_since = time.monotonic()
         if self.pending and self.pending[-1][0] == stream:
-            self.pending[-1] = (stream, self.pending[-1][1] + text)
+            self.pending[-1][1].append(text)
         else:
-            self.pending.append((stream, text))
+            self.pending.append((stream, [text]))
         self.pending_chars += len(text)
 
     def _to_spill(self, data: bytes) -> None:
@@ -103,7 +103,8 @@ class Command:
                 if rest:
                     self._queue(stream, rest)
         out: list[dict[str, Any]] = []
-        for stream, text in self.pending:
+        for stream, texts in self.pending:
+            text = "".join(texts)
             for start in range(0, len(text), CHUNK_CHARS):
                 self.seq += 1
                 out.append(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import hmac
+import itertools
 import os
 import pwd
 import selectors
@@ -17,9 +18,41 @@ from .frames import FrameError, FrameReader, encode
 from .shell import Shell
 
 READ_BYTES = 64 * 1024
-OUTBUF_HIGH = 4 * 1024 * 1024  # stop reading command output while this much waits for the host
+OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
 REPLAY_BYTES = 4 * 1024 * 1024  # output kept for a host that reconnects mid-command
 HANDSHAKE_SECONDS = 5.0
+
+
+class OutBuffer:
+    """Frames waiting for the host, sent with scatter-gather (no copying of what is left)."""
+
+    def __init__(self) -> None:
+        self.parts: collections.deque[memoryview] = collections.deque()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, data: bytes) -> None:
+        self.parts.append(memoryview(data))
+        self.size += len(data)
+
+    def clear(self) -> None:
+        self.parts.clear()
+        self.size = 0
+
+    def send_to(self, sock: socket.socket) -> None:
+        while self.parts:
+            sent = sock.sendmsg(list(itertools.islice(self.parts, 64)))
+            self.size -= sent
+            while sent:
+                head = self.parts[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    self.parts.popleft()
+                else:
+                    self.parts[0] = head[sent:]
+                    sent = 0
 
 
 class Config:
@@ -53,7 +86,7 @@ class Agent:
         self.pending: dict[socket.socket, tuple[FrameReader, float]] = {}
         self.client: socket.socket | None = None
         self.reader = FrameReader(cfg.max_frame)
-        self.outbuf = bytearray()
+        self.outbuf = OutBuffer()
         self.replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self.replay_bytes = 0
         self.replay_id: str | None = None
@@ -100,7 +133,7 @@ class Agent:
             self._remember(frame, data)
         if self.client is None:
             return
-        self.outbuf += data
+        self.outbuf.append(data)
         self._flush_client()
 
     def _remember(self, frame: dict[str, Any], data: bytes) -> None:
@@ -121,8 +154,7 @@ class Agent:
         if self.client is None or not self.outbuf:
             return
         try:
-            sent = self.client.send(self.outbuf)
-            del self.outbuf[:sent]
+            self.outbuf.send_to(self.client)
         except BlockingIOError:
             pass
         except OSError:
@@ -142,6 +174,10 @@ class Agent:
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
         conn.setblocking(False)
+        try:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)  # fewer wakeups in a flood
+        except OSError:
+            pass
         self.pending[conn] = (FrameReader(self.cfg.max_frame), time.monotonic() + HANDSHAKE_SECONDS)
         self.sel.register(conn, selectors.EVENT_READ, "pending")
 
@@ -206,12 +242,12 @@ class Agent:
     def _replay(self, after: int) -> None:
         first = self.replay[0][0] if self.replay else None
         if first is not None and first > after + 1:
-            self.outbuf += encode({"type": "gap", "id": self.replay_id, "from": after + 1, "to": first - 1})
+            self.outbuf.append(encode({"type": "gap", "id": self.replay_id, "from": after + 1, "to": first - 1}))
         for seq, data in self.replay:
             if seq > after:
-                self.outbuf += data
+                self.outbuf.append(data)
         if self.last_exit is not None and self.last_exit["id"] == self.replay_id:
-            self.outbuf += encode(self.last_exit)
+            self.outbuf.append(encode(self.last_exit))
         self._flush_client()
 
     # -- requests ----------------------------------------------------------------------------
@@ -404,8 +440,8 @@ class Agent:
         assert cmd is not None
         for frame in cmd.frames(final=True):
             self.send(frame)
-        if self.cfg.owner is not None and os.geteuid() == 0:
-            files.fix_ownership(self.cfg.workdir, *self.cfg.owner)
+        if self.cfg.owner is not None and os.geteuid() == 0 and self.cfg.owner != (0, 0):
+            files.fix_ownership(self.cfg.workdir, *self.cfg.owner)  # root's files are root's already
         self.cmd = None
         if self.notice:
             extra["notice"], self.notice = self.notice, None

@@ -1,0 +1,66 @@
+"""Property-based fuzzing (bounded, runs in CI): the agent's frame parser and the host's action parser."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sandshell_agent.frames import FrameError, FrameReader, encode
+
+from app import actions
+from app.actions import ParseError
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=300), max_size=20))
+def test_frame_reader_never_crashes_on_any_bytes(chunks: list[bytes]) -> None:
+    reader = FrameReader(max_frame=128)
+    for chunk in chunks:
+        for item in reader.feed(chunk):
+            assert isinstance(item, FrameError | dict)
+            if isinstance(item, dict):
+                assert isinstance(item["type"], str)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@FUZZ
+@given(st.lists(st.dictionaries(st.sampled_from(["type", "id", "data", "x"]), json_values, max_size=4), max_size=8),
+       st.integers(min_value=1, max_value=64))  # fmt: skip
+def test_frames_survive_any_split(frames: list[dict[str, object]], cut: int) -> None:
+    frames = [{**f, "type": str(f.get("type", "t"))} for f in frames]
+    data = b"".join(encode(f) for f in frames)
+    reader = FrameReader(max_frame=1 << 20)
+    out: list[object] = []
+    for i in range(0, len(data), cut):
+        out += reader.feed(data[i : i + cut])
+    assert out == [json.loads(json.dumps(f)) for f in frames]
+
+
+@FUZZ
+@given(st.text(max_size=400))
+def test_action_parser_accepts_or_explains(text: str) -> None:
+    try:
+        parsed = actions.parse(text)
+    except ParseError as e:
+        assert str(e)
+        return
+    assert 1 <= len(parsed) <= actions.MAX_ACTIONS
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(["bash", "read", "write", "done"]), st.text(min_size=1, max_size=80),
+                          st.text(max_size=40), st.text(max_size=20)), min_size=1, max_size=4))  # fmt: skip
+def test_any_action_round_trips(items: list[tuple[str, str, str, str]]) -> None:
+    made = [actions.Action(k, a if a.strip() else "x", c if k == "write" else "", m) for k, a, c, m in items]  # type: ignore[arg-type]
+    assert actions.parse(actions.dumps(made)) == made
+    cut = actions.dumps(made)[: len(actions.dumps(made)) // 2]
+    assert all(a in made for a in actions.salvage(cut)) or actions.salvage(cut)[0].kind == "done"

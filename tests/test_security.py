@@ -1,0 +1,168 @@
+"""The controls of each profile are in force: configuration as inspected, and behaviour that agrees."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from app import config
+from app.config import Settings
+from app.container import STANDARD_CAPS
+from app.control import Control
+from app.model import ScriptBackend
+from app.recorder import Recorder
+from app.runner import open_session, run_task
+from app.sandbox import Sandbox
+from app.session import Session
+
+# Capability bit numbers (linux/capability.h) of what `standard` keeps.
+CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
+            "SETPCAP": 8, "NET_BIND_SERVICE": 10}  # fmt: skip
+
+
+def cap_eff(sb: Sandbox) -> int:
+    line = next(ln for ln in sb.execute("grep CapEff /proc/self/status").output.splitlines() if "CapEff" in ln)
+    return int(line.split()[1], 16)
+
+
+@pytest.mark.parametrize("profile", ["standard", "locked"])
+def test_container_configuration_matches_the_profile(workspace: Path, settings: Settings, profile: str) -> None:
+    os.chown(workspace, 1000, 1000)
+    with Sandbox(workspace=workspace, settings=settings.replace(profile=profile)) as sb:
+        sb.container.reload()
+        host = sb.container.attrs["HostConfig"]
+        assert host["CapDrop"] == ["ALL"]
+        assert sorted(host["CapAdd"] or []) == (sorted(STANDARD_CAPS) if profile == "standard" else [])
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["PidsLimit"] == settings.pids_limit and host["Memory"] == 2 * 1024**3
+        assert host["NanoCpus"] == int(settings.cpus * 1e9) and host["Init"] is True
+        assert host["Privileged"] is False
+        binds = " ".join(host["Binds"] or [])
+        assert "docker.sock" not in binds
+        if profile == "locked":
+            assert host["ReadonlyRootfs"] is True and host["NetworkMode"] == "none"
+            assert sb.container.attrs["Config"]["User"] == "1000:1000"
+        # ...and behaviour agrees.
+        expected = sum(1 << CAP_BITS[c] for c in STANDARD_CAPS) if profile == "standard" else 0
+        assert cap_eff(sb) == expected
+        assert sb.execute("ls /var/run/docker.sock /run/docker.sock").return_code != 0
+        assert "NoNewPrivs:\t1" in sb.execute("grep NoNewPrivs /proc/self/status").output
+
+
+def test_locked_forbids_mount_chown_raw_sockets_and_network(workspace: Path, settings: Settings) -> None:
+    os.chown(workspace, 1000, 1000)
+    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+        assert (
+            sb.execute("mount -t tmpfs none /tmp/x 2>&1; mkdir -p /tmp/m && mount -t tmpfs t /tmp/m").return_code != 0
+        )
+        assert sb.execute("touch /tmp/f && chown 0:0 /tmp/f").return_code != 0
+        raw = "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)"
+        assert "PermissionError" in sb.execute(f"python3 -c '{raw}'").output
+        tcp = "import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)"
+        assert sb.execute(f'python3 -c "{tcp}"').return_code != 0
+        assert sb.execute("touch /usr/bin/x").return_code != 0
+
+
+def test_standard_has_no_raw_sockets(sb: Sandbox) -> None:
+    raw = "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)"
+    assert "PermissionError" in sb.execute(f"python3 -c '{raw}'").output
+
+
+def test_agent_socket_is_private_and_needs_the_token(sb: Sandbox) -> None:
+    assert sb.conn is not None and isinstance(sb.conn.address, str)
+    sock = Path(sb.conn.address)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(sock.parent.parent.stat().st_mode) in (0o700, 0o711)
+
+
+def test_copy_mode_never_follows_a_symlink_out_of_the_workspace(workspace: Path, settings: Settings) -> None:
+    secret = workspace.parent / "host-secret"
+    secret.write_text("host only")
+    (workspace / "escape").symlink_to(secret)
+    with Sandbox(workspace=workspace, settings=settings.replace(workspace_mode="copy")) as sb:
+        assert sb.execute("readlink /app/escape").output.strip() == str(secret)
+        assert "host only" not in sb.execute("cat /app/escape 2>&1").output
+
+
+def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path, tmp_path: Path) -> None:
+    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
+                                                      sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    steps = [
+        {"bash": "head -c 100M /dev/zero | tr '\\0' a > /app/system.md; printf 'a\\0b' > /app/goal; "
+                 "mkdir /app/config.json"},
+        {"bash": "rm -rf /app/config.json /app/goal; ln -s /etc/shadow /app/config.json; echo '{' > /app/x"},
+        {"bash": "rm /app/config.json; echo '{\"temperature\": 9}' > /app/config.json"},
+        {"done": "survived"},
+    ]  # fmt: skip
+    import json
+
+    backend = ScriptBackend([json.dumps(x) for x in steps])
+    collected: list[object] = []
+
+    class Sink:
+        def emit(self, e: object) -> None:
+            collected.append(e)
+
+    with open_session(s, [Sink()], Control(), goal=None, backend=backend) as parts:
+        outcome = parts.session.run()
+        notes = [n for t in parts.session.context.turns for n in t.notes]
+    assert outcome.status == "done" and outcome.result == "survived"
+    text = "\n".join(notes)
+    assert "system.md is over" in text  # capped
+    assert "config.json: is a directory" in text
+    assert "goal: binary file" in text
+    assert "temperature" in text  # out of range, reported; the last good settings stay
+
+
+def test_the_model_cannot_lift_limits_through_config(workspace: Path, tmp_path: Path) -> None:
+    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
+                                                      sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    (workspace / "config.json").write_text('{"n_ctx": 100000, "grammar": "", "exit_timeout": 9999}')
+    out = run_task("t", 60, 2, settings=s, backend=ScriptBackend(['{"done": "ok"}']))
+    assert out["status"] == "done"
+    assert any("cannot be changed from inside the sandbox" in line for line in out["log"])
+
+
+def test_a_full_disk_for_recordings_stops_cleanly(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "keep").write_text("intact")
+    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False)
+    recorder = Recorder(tmp_path / "rec")
+    recorder._log = open("/dev/full", "w")  # noqa: SIM115 - every write now fails with ENOSPC
+    backend = ScriptBackend(['{"bash": "echo hi"}'] * 5)
+    from app.model import Model
+
+    with Sandbox(workspace=workspace, settings=s) as sb:
+        outcome = Session(s, sb, Model(backend, s), [recorder], Control()).run()
+        container = sb.container
+    assert outcome.status == "error" and "cannot write the session recording" in (outcome.error or "")
+    assert "No space left on device" in (outcome.error or "") and "\n" not in (outcome.error or "")
+    assert (workspace / "keep").read_text() == "intact"
+    with pytest.raises(Exception, match=r"No such container|404"):
+        container.reload()
+
+
+def test_two_sessions_at_once_share_nothing(tmp_path: Path) -> None:
+    results: dict[str, dict[str, object]] = {}
+
+    def one(name: str) -> None:
+        ws = tmp_path / name
+        ws.mkdir()
+        s = config.load(env_file=None, environ={}).replace(workspace=str(ws), intro=False,
+                                                          sessions_dir=str(tmp_path / f"{name}-sessions"))  # fmt: skip
+        script = ScriptBackend([f'{{"bash": "echo {name} > /app/who; sleep 1; cat /app/who"}}', '{"done": "ok"}'])
+        results[name] = run_task(name, 60, 5, settings=s, backend=script)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("alpha", "beta")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for name in ("alpha", "beta"):
+        assert results[name]["status"] == "done"
+        assert (tmp_path / name / "who").read_text() == f"{name}\n"
+        assert any(line.strip() == name for line in results[name]["log"])  # type: ignore[union-attr]
