@@ -62,10 +62,10 @@ class Probe:
 
     def sample(self) -> None:
         agent_pid = self.sandbox.hello.get("pid")
-        top = self.sandbox.container.top(ps_args="-eo pid,stat,rss,comm")
+        top = self.sandbox.container.top(ps_args="-eo pid,stat,rss,args")
         procs = top.get("Processes") or []
         titles = top.get("Titles") or []
-        i_pid, i_stat, i_rss = titles.index("PID"), titles.index("STAT"), titles.index("RSS")
+        i_stat, i_rss = titles.index("STAT"), titles.index("RSS")
         agent_rss = zombies = 0
         for row in procs:
             if "Z" in row[i_stat]:

@@ -189,3 +189,16 @@ def test_a_container_killed_between_commands_is_replaced(
         time.sleep(0.5)
         assert sb.execute("echo two").output == "two\n"
         assert sb.container.id != first
+
+
+def test_files_made_as_root_go_back_to_a_non_root_workspace_owner(workspace: Path, settings: Settings) -> None:
+    import os
+
+    os.chown(workspace, 1234, 2345)
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        assert sb.execute("id -u").output == "0\n"  # standard: root inside
+        sb.execute("mkdir -p /app/a/b && echo x > /app/a/b/f && touch /app/top")
+        sb.write_file("/app/written.txt", "w")
+    for path in ("a", "a/b", "a/b/f", "top", "written.txt"):
+        st = (workspace / path).stat()
+        assert (st.st_uid, st.st_gid) == (1234, 2345), path

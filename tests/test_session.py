@@ -179,3 +179,28 @@ def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
                           text=True, env=env, cwd=config.ROOT, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "LLAMA_EXIT_TIMEOUT='soon' is not a valid float" in proc.stderr
+
+
+def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None:
+    _, _, _, folder = run(s, script({"bash": "echo again > /app/marker"}, {"done": "rerun me"}))
+    (Path(s.workspace) / "marker").unlink()
+    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
+           "LLAMA_INTRO": "false"}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "--headless", "--goal", "g", "rerun", str(folder)],
+                          capture_output=True, text=True, env=env, cwd=config.ROOT, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["result"] == "rerun me"
+    assert (Path(s.workspace) / "marker").read_text() == "again\n"
+
+
+@pytest.mark.model
+def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> None:
+    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
+           "LLAMA_SEED": "3", "LLAMA_MAX_TOKENS": "128"}  # fmt: skip
+    cmd = [sys.executable, "-m", "app.cli", "--headless", "--goal", "Print the kernel version.", "--max-steps", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=config.ROOT, timeout=300)
+    result = json.loads(proc.stdout)
+    assert set(result) == {"status", "result", "error", "log"}
+    assert result["status"] in ("done", "max_steps", "stuck") and proc.returncode == (result["status"] != "done")
+    assert any(line.startswith("model: [") for line in result["log"])  # the model answered with actions
+    assert "SmolLM2-135M-Instruct" in proc.stderr
