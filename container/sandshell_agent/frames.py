@@ -29,26 +29,22 @@ class FrameReader:
     def feed(self, data: bytes) -> list[dict[str, Any] | FrameError]:
         self._buf += data
         out: list[dict[str, Any] | FrameError] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                if len(self._buf) > self.max_frame:
-                    if not self._skipping:
-                        out.append(FrameError("too_large", f"frame over {self.max_frame} bytes"))
-                    self._skipping = True
-                    self._buf.clear()
-                return out
-            line = bytes(self._buf[:nl])
-            del self._buf[: nl + 1]
-            if self._skipping:
+        buf, start = self._buf, 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            line, start = bytes(buf[start:nl]), nl + 1
+            if self._skipping:  # the end of a line already reported as too large
                 self._skipping = False
-                continue
-            if len(line) > self.max_frame:
+            elif len(line) > self.max_frame:
                 out.append(FrameError("too_large", f"frame over {self.max_frame} bytes"))
-                continue
-            if not line.strip():
-                continue
-            out.append(_parse(line))
+            elif line.strip():
+                out.append(_parse(line))
+        del buf[:start]  # once per feed: deleting per frame copied the rest of the buffer each time
+        if len(buf) > self.max_frame:
+            if not self._skipping:
+                out.append(FrameError("too_large", f"frame over {self.max_frame} bytes"))
+            self._skipping = True
+            buf.clear()
+        return out
 
 
 def _parse(line: bytes) -> dict[str, Any] | FrameError:
