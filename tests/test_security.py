@@ -166,3 +166,32 @@ def test_two_sessions_at_once_share_nothing(tmp_path: Path) -> None:
         assert results[name]["status"] == "done"
         assert (tmp_path / name / "who").read_text() == f"{name}\n"
         assert any(line.strip() == name for line in results[name]["log"])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "\x1b]0;title\x07",
+        "\x1b]52;c;cHduZWQ=\x07",
+        "\x1b[2J\x1b[H",
+        "\x1b[10;10H",
+        "\x9b31m",
+        "\x1bP+q\x1b\\",
+        "\r\x08",
+    ],
+)
+def test_escape_sequences_are_made_inert(hostile: str) -> None:
+    from app import events
+    from app.transcript import inert, render
+
+    shown = inert(f"a{hostile}b")
+    assert "\x1b" not in shown and "\x9b" not in shown and "\x07" not in shown and "\r" not in shown
+    cast = render(events.OutputChunk("stdout", hostile))
+    assert "\x1b]" not in cast and "\x1b[2J" not in cast and "\x9b" not in cast
+
+
+def test_an_unwritable_sessions_folder_is_one_sentence(workspace: Path) -> None:
+    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), sessions_dir="/proc/sandshell")
+    out = run_task("t", 30, 2, settings=s, backend=ScriptBackend(['{"done": "x"}']))
+    assert out["status"] == "error" and "cannot write the session recording in /proc/sandshell" in out["error"]
+    assert list(workspace.iterdir()) == []
