@@ -55,15 +55,3 @@ def reap(c: docker.DockerClient) -> list[str]:
             except docker.errors.APIError:
                 pass
     return removed
-
-
-def reap_all(c: docker.DockerClient) -> list[str]:
-    """Remove every sandshell container, running or not (for reset)."""
-    removed = []
-    for container in c.containers.list(all=True, filters={"label": LABEL}):
-        try:
-            container.remove(force=True)
-            removed.append(container.name)
-        except docker.errors.APIError:
-            pass
-    return removed

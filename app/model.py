@@ -139,40 +139,24 @@ class LlamaBackend:
     def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
         start = time.perf_counter()
         stats = Stats()
-        kwargs = {"grammar": self.grammar, "stream": True, **params}
+        pieces: Iterator[tuple[str, bool]]
         if self.formatter is not None:
             tokens, stop = self._prompt(messages)
             stats.prompt_tokens = len(tokens)
             stats.cached_tokens = _common_prefix(list(self.llm._input_ids[: self.llm.n_tokens]), tokens)
             if self.fast is not None and sampling.supports(params):
-                yield from self._stream_fast(tokens, params, stats, start)
-                return
-            chunks: Any = self.llm.create_completion(prompt=tokens, stop=stop or None, **kwargs)
-            get = _completion_text
+                pieces = self.fast.generate(tokens, params)
+            else:
+                chunks: Any = self.llm.create_completion(
+                    prompt=tokens, stop=stop or None, grammar=self.grammar, stream=True, **params
+                )
+                pieces = ((_completion_text(c), _was_cut(c)) for c in chunks)
         else:
             stats.prompt_tokens = self.count(messages)
-            chunks = self.llm.create_chat_completion(messages=messages, **kwargs)  # type: ignore[arg-type]
-            get = _chat_text
+            chunks = self.llm.create_chat_completion(messages=messages, grammar=self.grammar, stream=True, **params)  # type: ignore[arg-type]
+            pieces = ((_chat_text(c), _was_cut(c)) for c in chunks)
         try:
-            for chunk in chunks:
-                stats.cut = stats.cut or chunk["choices"][0].get("finish_reason") == "length"
-                text = get(chunk)
-                if text:
-                    if not stats.completion_tokens:
-                        stats.ttft = time.perf_counter() - start
-                    stats.completion_tokens += 1
-                    yield text
-        except (ValueError, RuntimeError) as e:
-            raise ModelError(f"llama.cpp failed while generating: {e}") from None
-        stats.seconds = time.perf_counter() - start
-        yield stats
-
-    def _stream_fast(
-        self, tokens: list[int], params: dict[str, Any], stats: Stats, start: float
-    ) -> Iterator[str | Stats]:
-        assert self.fast is not None
-        try:
-            for text, cut in self.fast.generate(tokens, params):
+            for text, cut in pieces:
                 stats.cut = stats.cut or cut
                 if text:
                     if not stats.completion_tokens:
@@ -183,6 +167,10 @@ class LlamaBackend:
             raise ModelError(f"llama.cpp failed while generating: {e}") from None
         stats.seconds = time.perf_counter() - start
         yield stats
+
+
+def _was_cut(chunk: Any) -> bool:
+    return bool(chunk["choices"][0].get("finish_reason") == "length")
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
