@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,23 @@ def bootstrap_base(tag: str, log: Log, log_file: Path) -> None:
         )
     log(f"building the base image {tag} with debootstrap (about 2-4 minutes, once); log: {log_file}")
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
     with open(log_file, "ab") as out:
-        proc = subprocess.run(["bash", str(BOOTSTRAP), tag, "base"], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(["bash", str(BOOTSTRAP), tag, "base"], stdout=out, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                log(f"  ...still building the base image ({time.monotonic() - start:.0f}s): {_last_line(log_file)}")
     if proc.returncode != 0:
         raise ImageError(f"building the base image failed (exit {proc.returncode}); see {log_file}")
+
+
+def _last_line(path: Path) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 400))
+        lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:90] if lines else ""
 
 
 def resolve_base(client: docker.DockerClient, settings: Settings, log: Log, log_file: Path) -> str:
