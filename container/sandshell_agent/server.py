@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import collections
 import hmac
-import itertools
 import os
 import pwd
 import selectors
@@ -15,44 +13,13 @@ from typing import Any
 from . import AGENT_NAME, PROTOCOL_VERSION, files, procs
 from .command import Command, Limits
 from .frames import FrameError, FrameReader, encode
+from .outbox import OutBuffer, Replay
 from .shell import Shell
 
 READ_BYTES = 64 * 1024
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
 REPLAY_BYTES = 4 * 1024 * 1024  # output kept for a host that reconnects mid-command
 HANDSHAKE_SECONDS = 5.0
-
-
-class OutBuffer:
-    """Frames waiting for the host, sent with scatter-gather (no copying of what is left)."""
-
-    def __init__(self) -> None:
-        self.parts: collections.deque[memoryview] = collections.deque()
-        self.size = 0
-
-    def __len__(self) -> int:
-        return self.size
-
-    def append(self, data: bytes) -> None:
-        self.parts.append(memoryview(data))
-        self.size += len(data)
-
-    def clear(self) -> None:
-        self.parts.clear()
-        self.size = 0
-
-    def send_to(self, sock: socket.socket) -> None:
-        while self.parts:
-            sent = sock.sendmsg(list(itertools.islice(self.parts, 64)))
-            self.size -= sent
-            while sent:
-                head = self.parts[0]
-                if sent >= len(head):
-                    sent -= len(head)
-                    self.parts.popleft()
-                else:
-                    self.parts[0] = head[sent:]
-                    sent = 0
 
 
 class Config:
@@ -87,10 +54,7 @@ class Agent:
         self.client: socket.socket | None = None
         self.reader = FrameReader(cfg.max_frame)
         self.outbuf = OutBuffer()
-        self.replay: collections.deque[tuple[int, bytes]] = collections.deque()
-        self.replay_bytes = 0
-        self.replay_id: str | None = None
-        self.last_exit: dict[str, Any] | None = None
+        self.replay = Replay(REPLAY_BYTES)
         self.cmd: Command | None = None
         self.closed_fds: set[int] = set()
         self.replaced = False
@@ -129,26 +93,12 @@ class Agent:
 
     def send(self, frame: dict[str, Any]) -> None:
         data = encode(frame)
-        if frame.get("type") in ("output", "exit", "gap"):
-            self._remember(frame, data)
+        if frame.get("type") in ("output", "exit"):
+            self.replay.remember(frame, data)
         if self.client is None:
             return
         self.outbuf.append(data)
         self._flush_client()
-
-    def _remember(self, frame: dict[str, Any], data: bytes) -> None:
-        if frame["id"] != self.replay_id:
-            self.replay.clear()
-            self.replay_bytes = 0
-            self.replay_id = frame["id"]
-        if frame["type"] == "exit":
-            self.last_exit = frame
-            return
-        self.replay.append((frame["seq"], data))
-        self.replay_bytes += len(data)
-        while self.replay_bytes > REPLAY_BYTES:
-            _, old = self.replay.popleft()
-            self.replay_bytes -= len(old)
 
     def _flush_client(self) -> None:
         if self.client is None or not self.outbuf:
@@ -236,19 +186,10 @@ class Agent:
                 "running": running,
             }
         )
-        if isinstance(resume, dict) and resume.get("id") == self.replay_id:
-            self._replay(int(resume.get("seq") or 0))
-
-    def _replay(self, after: int) -> None:
-        first = self.replay[0][0] if self.replay else None
-        if first is not None and first > after + 1:
-            self.outbuf.append(encode({"type": "gap", "id": self.replay_id, "from": after + 1, "to": first - 1}))
-        for seq, data in self.replay:
-            if seq > after:
+        if isinstance(resume, dict):
+            for data in self.replay.after(resume.get("id"), int(resume.get("seq") or 0)):
                 self.outbuf.append(data)
-        if self.last_exit is not None and self.last_exit["id"] == self.replay_id:
-            self.outbuf.append(encode(self.last_exit))
-        self._flush_client()
+            self._flush_client()
 
     # -- requests ----------------------------------------------------------------------------
     def _on_client(self, mask: int) -> None:
