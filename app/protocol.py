@@ -1,9 +1,10 @@
 """The host's side of the agent protocol: frames, and what a command yields.
 
 Frames are newline-delimited JSON (the codec is shared with the agent, `sandshell_agent.frames`).
-Version 1 messages, host to agent: hello{version, token, resume?}, run{id, command, timeout},
+Version 2 messages, host to agent: hello{version, token, resume?}, run{id, command, timeout},
 interrupt{id}, read{id, path, limit?}, write{id, path, content, append?}, state{id}, ping{id}.
-Agent to host: hello, output{id, seq, stream, data}, exit{id, exit_code, signal, timed_out, ...,
+Agent to host: hello, output{id, seq, stream, bytes} followed by that many raw UTF-8 bytes
+(the reader returns it as `data`), exit{id, exit_code, signal, timed_out, ...,
 user, host, cwd}, gap{id, from, to}, file, written, state, pong, error{id, code, message}.
 """
 

@@ -64,3 +64,19 @@ def test_any_action_round_trips(items: list[tuple[str, str, str, str]]) -> None:
     assert actions.parse(actions.dumps(made)) == made
     cut = actions.dumps(made)[: len(actions.dumps(made)) // 2]
     assert all(a in made for a in actions.salvage(cut)) or actions.salvage(cut)[0].kind == "done"
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.text(max_size=300)), max_size=10),
+       st.integers(min_value=1, max_value=97))  # fmt: skip
+def test_raw_output_frames_survive_any_split(chunks: list[tuple[str, str]], cut: int) -> None:
+    frames = [{"type": "output", "id": "c1", "seq": i, "stream": s, "data": d} for i, (s, d) in enumerate(chunks)]
+    frames.append({"type": "exit", "id": "c1", "exit_code": 0})
+    data = b"".join(encode(f) for f in frames)
+    reader = FrameReader(max_frame=1 << 20)
+    out: list[object] = []
+    for i in range(0, len(data), cut):
+        out += reader.feed(data[i : i + cut])
+    expected = [{**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
+                for f in frames]  # fmt: skip
+    assert out == expected

@@ -1,4 +1,8 @@
-"""Newline-delimited JSON frames with a size bound (the agent's copy of the codec)."""
+"""Newline-delimited JSON frames with a size bound; shared by the agent and the host.
+
+An output chunk travels as a JSON header with `"bytes": N` followed by N raw UTF-8 bytes, so
+the bulk of a flood is neither escaped nor parsed as JSON; the reader puts it back as `data`.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,12 @@ class FrameError(Exception):
 
 
 def encode(frame: dict[str, Any]) -> bytes:
+    data = frame.get("data")
+    if frame.get("type") == "output" and isinstance(data, str):
+        payload = data.encode("utf-8", errors="replace")
+        header = {k: v for k, v in frame.items() if k != "data"}
+        header["bytes"] = len(payload)
+        return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" + payload
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
@@ -25,21 +35,42 @@ class FrameReader:
         self.max_frame = max_frame
         self._buf = bytearray()
         self._skipping = False
+        self._body: dict[str, Any] | None = None  # a header whose raw bytes are still coming
+        self._body_size = 0
 
     def feed(self, data: bytes) -> list[dict[str, Any] | FrameError]:
         self._buf += data
         out: list[dict[str, Any] | FrameError] = []
         buf, start = self._buf, 0
-        while (nl := buf.find(b"\n", start)) >= 0:
+        while True:
+            if self._body is not None:
+                if len(buf) - start < self._body_size:
+                    break
+                end = start + self._body_size
+                self._body["data"] = bytes(buf[start:end]).decode("utf-8", errors="replace")
+                out.append(self._body)
+                self._body, start = None, end
+                continue
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
             line, start = bytes(buf[start:nl]), nl + 1
             if self._skipping:  # the end of a line already reported as too large
                 self._skipping = False
             elif len(line) > self.max_frame:
                 out.append(FrameError("too_large", f"frame over {self.max_frame} bytes"))
             elif line.strip():
-                out.append(_parse(line))
+                item = _parse(line)
+                if isinstance(item, dict) and "bytes" in item:
+                    size = item.pop("bytes")
+                    if isinstance(size, int) and 0 <= size <= self.max_frame:
+                        self._body, self._body_size = item, size
+                    else:
+                        out.append(FrameError("malformed", "'bytes' must be a size up to the frame limit"))
+                else:
+                    out.append(item)
         del buf[:start]  # once per feed: deleting per frame copied the rest of the buffer each time
-        if len(buf) > self.max_frame:
+        if self._body is None and len(buf) > self.max_frame:
             if not self._skipping:
                 out.append(FrameError("too_large", f"frame over {self.max_frame} bytes"))
             self._skipping = True
