@@ -131,3 +131,18 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     assert f"removed leftover container sandshell-{log.parent.name}" in prepared.stderr
     assert not docker_client.containers.list(all=True, filters=mine)
     assert (workspace / "data").read_text() == "intact"
+
+
+def test_start_sh_without_docker_says_so(tmp_path: Path, workspace: Path) -> None:
+    import shutil
+
+    tools = tmp_path / "bin"  # a PATH with what start.sh needs before its Docker check, and no docker
+    tools.mkdir()
+    for tool in ("bash", "dirname"):
+        (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    env = env_for(tmp_path, workspace)
+    env["PATH"] = str(tools)
+    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Docker is not installed" in proc.stderr
