@@ -225,13 +225,20 @@ class Sandbox:
         self._remove_container()
         self.conn = None
 
-    def execute(self, command: str, timeout: float | None = None) -> Result:
-        """Run `command` to the end; the Result's output is bounded (head and tail)."""
+    def execute(
+        self, command: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
+    ) -> Result:
+        """Run `command` to the end; the Result's output is bounded (head and tail).
+
+        `on_output` sees every chunk as it arrives (the session streams them to its sinks).
+        """
         collector = OutputCollector()
         result = Result(command, None, error="no result")
         for event in self.stream(command, timeout):
             if isinstance(event, Output):
                 collector.add(event)
+                if on_output is not None:
+                    on_output(event)
             else:
                 result = event
         return _with_output(result, collector)

@@ -6,7 +6,7 @@ No Textual here: the loop emits events to sinks (the TUI, the headless runner, t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,7 +47,9 @@ SYSTEM_PART_CHARS = 4000  # of the model's own /app/system.md, and of the goal
 
 
 class SandboxLike(Protocol):
-    def stream(self, command: str, timeout: float | None = None) -> Iterator[Output | Result]: ...
+    def execute(
+        self, command: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
+    ) -> Result: ...
     def read_file(self, path: str, limit: int | None = None) -> FileContent: ...
     def write_file(self, path: str, content: str, append: bool = False) -> int: ...
     def state(self) -> ModelState: ...
@@ -268,20 +270,7 @@ class Session:
         return Step(action, f"done: {action.arg}", "done")
 
     def _run(self, action: Action) -> Result:
-        from app.protocol import OutputCollector
-
-        collector = OutputCollector()
-        result = Result(action.arg, None, error="no result")
-        for event in self.sandbox.stream(action.arg, action.timeout):
-            if isinstance(event, Output):
-                collector.add(event)
-                self.emit(OutputChunk(event.stream, event.data))
-            else:
-                result = event
-        import dataclasses
-
-        tail = result.tail if result.truncated else None
-        return dataclasses.replace(result, output=collector.text(tail), stderr_tail=collector.stderr_tail)
+        return self.sandbox.execute(action.arg, action.timeout, lambda o: self.emit(OutputChunk(o.stream, o.data)))
 
     def _note_repeat(self, action: Action, turn: Turn) -> None:
         self.repeats.append(action.key())

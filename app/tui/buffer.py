@@ -27,7 +27,6 @@ class Batch:
     items: list[Event | tuple[str, str]] = field(default_factory=list)  # (stream, line) for output lines
     skipped_lines: int = 0
     skipped_chars: int = 0
-    more: bool = False
 
 
 class UIBuffer:
@@ -104,6 +103,5 @@ class UIBuffer:
                             batch.items.append((stream, rest))
                             self._partial[stream] = ""
                     batch.items.append(event)
-            batch.more = bool(self._events)
         batch.skipped_chars = skipped_chars
         return batch
