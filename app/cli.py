@@ -118,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         if app.ended is not None:
             _say(f"session {app.ended.status}" + (f": {app.ended.result}" if app.ended.result else ""))
         return 0
-        parser.print_help()
-        return 2
     except SandshellError as e:
         _say(str(e))
         return 1

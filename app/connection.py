@@ -26,7 +26,6 @@ class Connection:
         self.address = address
         self.token = token
         self.sock: socket.socket | None = None
-        self.hello: dict[str, Any] = {}
         self._reader = FrameReader(MAX_FRAME)
         self._frames: deque[dict[str, Any] | FrameError] = deque()
         self._send_lock = threading.Lock()
@@ -52,7 +51,6 @@ class Connection:
             raise ProtocolError(f"the agent refused the connection: {reply.get('message')}", str(reply.get("code")))
         if reply.get("type") != "hello" or reply.get("version") != PROTOCOL_VERSION:
             raise ProtocolError(f"unexpected handshake reply from the agent: {str(reply)[:200]}")
-        self.hello = reply
         return reply
 
     def send(self, frame: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.actions import Action
@@ -68,6 +68,14 @@ class ActionStarted:
 
 
 @dataclass(frozen=True)
+class ApprovalNeeded:
+    """An action waits for the user to approve, edit or reject it."""
+
+    action: Action
+    prompt: str
+
+
+@dataclass(frozen=True)
 class OutputChunk:
     stream: str
     data: str
@@ -103,8 +111,6 @@ class SessionEnded:
     error: str | None
     turns: int
     seconds: float
-    log_path: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 Event = (
@@ -114,6 +120,7 @@ Event = (
     | TurnStarted
     | ModelText
     | ModelReplied
+    | ApprovalNeeded
     | ActionStarted
     | OutputChunk
     | ActionFinished

@@ -49,14 +49,6 @@ class Recorder:
         except OSError as e:
             raise RecordingError(_sentence(folder, e)) from None
 
-    @property
-    def log_path(self) -> Path:
-        return self.folder / "events.jsonl"
-
-    @property
-    def cast_path(self) -> Path:
-        return self.folder / "session.cast"
-
     def emit(self, event: ev.Event) -> None:
         if self.failed:
             return

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ TYPES: dict[str, type] = {
         ev.TurnStarted,
         ev.ModelText,
         ev.ModelReplied,
+        ev.ApprovalNeeded,
         ev.ActionStarted,
         ev.OutputChunk,
         ev.ActionFinished,
@@ -46,7 +48,8 @@ def decode(obj: dict[str, Any]) -> tuple[float, ev.Event] | None:
     kind = TYPES.get(str(obj.get("type")))
     if kind is None:
         return None
-    fields = {k: v for k, v in obj.items() if k not in ("t", "type")}
+    known = {f.name for f in dataclasses.fields(kind)}
+    fields = {k: v for k, v in obj.items() if k in known}  # recordings from other versions still load
     if "action" in fields and isinstance(fields["action"], dict):
         fields["action"] = _action(fields["action"])
     if "actions" in fields:
@@ -54,7 +57,8 @@ def decode(obj: dict[str, Any]) -> tuple[float, ev.Event] | None:
     if isinstance(fields.get("stats"), dict):
         fields["stats"] = Stats(**fields["stats"])
     if isinstance(fields.get("result"), dict) and kind is ev.ActionFinished:
-        fields["result"] = Result(**fields["result"])
+        result_fields = {f.name for f in dataclasses.fields(Result)}
+        fields["result"] = Result(**{k: v for k, v in fields["result"].items() if k in result_fields})
     for key in ("changed", "problems"):
         if key in fields:
             fields[key] = tuple(fields[key])

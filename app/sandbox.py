@@ -52,7 +52,6 @@ class Sandbox:
         self.container: Any = None
         self.conn: Connection | None = None
         self.hello: dict[str, Any] = {}
-        self.restarts = 0
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._running: str | None = None
@@ -121,7 +120,6 @@ class Sandbox:
     def restart(self) -> None:
         """Replace a dead container with a fresh one (the workspace is kept)."""
         self._remove_container()
-        self.restarts += 1
         self.start()
 
     def kill(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ from app.errors import SandshellError
 from app.events import (
     ActionFinished,
     ActionStarted,
+    ApprovalNeeded,
     ConfigChanged,
     Event,
     ModelReplied,
@@ -64,7 +65,6 @@ class Outcome:
     error: str | None = None
     turns: int = 0
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Session:
@@ -92,10 +92,12 @@ class Session:
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
         self.last_state: dict[str, str] = {}
-        self.repeats: list[tuple[str, str, str]] = []
+        self.last_action: tuple[str, str, str] | None = None
+        self.same_in_a_row = 0
+        self.reported: set[str] = set()  # problems with the model's files already told
         self.bad_answers = 0
         self.finished: str | None = None
-        self.started = time.monotonic()
+        self.started = 0.0
 
     def emit(self, event: Event) -> None:
         """Give the event to every sink; a sink's failure (a full disk) is raised after all have it."""
@@ -113,6 +115,7 @@ class Session:
         """Run until done, a limit, a stuck model or quit; always ends with SessionEnded."""
         name = getattr(self.model.backend, "description", self.model.backend.name)
         s = self.settings
+        self.started = time.monotonic()
         try:
             self.emit(SessionStarted(self.session_id, name, s.profile, s.workspace, _public(s)))
             if self.settings.intro:
@@ -153,7 +156,7 @@ class Session:
             return Outcome("max_steps", error=f"the step limit ({s.max_steps}) was reached before the goal")
         if s.max_seconds and time.monotonic() - self.started >= s.max_seconds:
             return Outcome("timeout", error=f"the time limit ({s.max_seconds:g}s) was reached before the goal")
-        if s.repeat_limit and len(self.repeats) >= s.repeat_limit and len(set(self.repeats[-s.repeat_limit :])) == 1:
+        if s.repeat_limit and self.same_in_a_row >= s.repeat_limit:
             return Outcome("stuck", error=f"the model repeated the same action {s.repeat_limit} times in a row")
         if self.bad_answers >= MAX_BAD_ANSWERS:
             return Outcome("stuck", error=f"{MAX_BAD_ANSWERS} answers in a row were not valid actions")
@@ -219,10 +222,12 @@ class Session:
         self.emit(StateRead(goal, own, current["config"], changed, tuple(problems)))
         if outcome.change:
             self.emit(ConfigChanged(*outcome.change))
-        if problems and self.context.turns:
-            self.context.turns[-1].notes.extend(problems)
+        # A problem that persists (a binary goal) is told once, not again every turn.
         for p in problems:
-            self.emit(Notice("warning", p))
+            if p not in self.reported:
+                self._tell(p)
+                self.emit(Notice("warning", p))
+        self.reported = set(problems)
         params = {**self.settings.sampling, **outcome.params}
         params["max_tokens"] = min(params.get("max_tokens", self.settings.max_tokens), self.settings.max_tokens)
         system = self.fixed_system.rstrip() + f"\n\nYour goal: {cut(goal, SYSTEM_PART_CHARS)}\n"
@@ -234,7 +239,7 @@ class Session:
     def _act(self, action: Action, by_user: bool = False) -> Step:
         if self.control.approval and not by_user and action.kind != "done":
             self.emit(Phase("approval"))
-            self.emit(ActionStarted(action, self.prompt_line))
+            self.emit(ApprovalNeeded(action, self.prompt_line))
             decision = self.control.await_decision()
             if decision.verdict == "reject":
                 text = f"[the user rejected this action: {decision.reason or 'no reason given'}]"
@@ -273,13 +278,10 @@ class Session:
         return self.sandbox.execute(action.arg, action.timeout, lambda o: self.emit(OutputChunk(o.stream, o.data)))
 
     def _note_repeat(self, action: Action, turn: Turn) -> None:
-        self.repeats.append(action.key())
-        self.repeats = self.repeats[-50:]
-        n = 0
-        for key in reversed(self.repeats):
-            if key != action.key():
-                break
-            n += 1
+        key = action.key()
+        self.same_in_a_row = self.same_in_a_row + 1 if key == self.last_action else 1
+        self.last_action = key
+        n = self.same_in_a_row
         if n >= 2:
             note = (
                 f"You have now done this exact action {n} times in a row; its result will not change. "
@@ -292,27 +294,28 @@ class Session:
         """Commands the user typed (take over): run them, and let the model see them."""
         for command in self.control.user_commands():
             step = self._act(Action("bash", command, comment="typed by the user"), by_user=True)
-            note = f"The user ran a command in your shell:\n{step.observation}"
-            if self.context.turns:
-                self.context.turns[-1].notes.append(note)
-            else:
-                self.context.turns.append(Turn(answer="[]", notes=[note]))
+            self._tell(f"The user ran a command in your shell:\n{step.observation}")
         for hint in self.control.hints():
             self._hint(hint)
 
     def _hint(self, text: str) -> None:
-        note = f"A hint from the user: {text}"
+        self._tell(f"A hint from the user: {text}")
+        self.emit(Notice("info", f"hint sent: {text}"))
+
+    def _tell(self, note: str) -> None:
+        """Put a note where the model reads it next: after the last turn's observations."""
         if self.context.turns:
             self.context.turns[-1].notes.append(note)
         else:
             self.context.turns.append(Turn(answer="[]", notes=[note]))
-        self.emit(Notice("info", f"hint sent: {text}"))
 
     def _intro(self) -> None:
-        turn = Turn(answer=actions.dumps(INTRO))
+        # With a goal given for this session, /app/goal is not the goal: don't show it as one.
+        intro = [a for a in INTRO if not (self.goal_override and a.arg == "/app/goal")]
+        turn = Turn(answer=actions.dumps(intro))
         self.context.turns.append(turn)
-        self.emit(ModelReplied(turn.answer, tuple(INTRO), None, Stats()))
-        for action in INTRO:
+        self.emit(ModelReplied(turn.answer, tuple(intro), None, Stats()))
+        for action in intro:
             turn.steps.append(self._act(action))
 
 

@@ -39,6 +39,8 @@ def render(event: ev.Event, color: bool = True) -> str:
     if isinstance(event, ev.ModelReplied):
         tail = f"\n[answer not valid: {inert(event.error)}]" if event.error else ""
         return "\n" + (_paint(tail.strip(), YELLOW, color=c) + "\n" if tail else "")
+    if isinstance(event, ev.ApprovalNeeded):
+        return _paint(f"[waiting for approval] {inert(event.action.summary(200))}", MAGENTA, color=c) + "\n"
     if isinstance(event, ev.ActionStarted):
         a = event.action
         who = " (you)" if event.by_user else ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -229,13 +228,6 @@ def test_files_and_state(sb: Sandbox) -> None:
     assert sb.read_file("/tmp/bin").error == "binary file"
     sb.write_file("rel.txt", "relative")  # relative paths resolve against the shell's cwd
     assert sb.execute("cat /app/rel.txt").output == "relative"
-
-
-def test_workspace_files_belong_to_the_workspace_owner(sb: Sandbox, shared_workspace: Path) -> None:
-    sb.execute("mkdir -p /app/made/deep && echo x > /app/made/deep/file")
-    st = shared_workspace.stat()
-    made = shared_workspace / "made" / "deep" / "file"
-    assert made.stat().st_uid == st.st_uid and made.stat().st_gid == st.st_gid
 
 
 def test_host_environment_does_not_leak(sb: Sandbox) -> None:

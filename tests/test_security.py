@@ -67,9 +67,10 @@ def test_locked_forbids_mount_chown_raw_sockets_and_network(workspace: Path, set
         assert sb.execute("touch /usr/bin/x").return_code != 0
 
 
-def test_standard_has_no_raw_sockets(sb: Sandbox) -> None:
+def test_standard_has_no_raw_sockets_and_no_mount(sb: Sandbox) -> None:
     raw = "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)"
     assert "PermissionError" in sb.execute(f"python3 -c '{raw}'").output
+    assert sb.execute("mkdir -p /tmp/m && mount -t tmpfs t /tmp/m").return_code != 0
 
 
 def test_agent_socket_is_private_and_needs_the_token(sb: Sandbox) -> None:
@@ -116,7 +117,19 @@ def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path,
     assert "system.md is over" in text  # capped
     assert "config.json: is a directory" in text
     assert "goal: binary file" in text
+    assert "config.json: invalid JSON" in text  # the symlink to /etc/shadow: the container's file, not JSON
     assert "temperature" in text  # out of range, reported; the last good settings stay
+
+
+def test_a_lasting_problem_is_told_once(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "goal").write_bytes(b"a\0b")
+    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
+                                                      sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    backend = ScriptBackend(['{"bash": "echo 1"}', '{"bash": "echo 2"}', '{"bash": "echo 3"}', '{"done": "x"}'])
+    with open_session(s, [], Control(), backend=backend) as parts:
+        assert parts.session.run().status == "done"
+        notes = [n for t in parts.session.context.turns for n in t.notes]
+    assert sum("goal: binary file" in n for n in notes) == 1
 
 
 def test_the_model_cannot_lift_limits_through_config(workspace: Path, tmp_path: Path) -> None:

@@ -90,7 +90,10 @@ async def test_approval_approve_edit_and_reject_with_reason(workspace: Path, tmp
                      {"done": "x"}, approval=True)  # fmt: skip
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("y")  # nothing is waiting yet: this must not approve the first action unseen
         await wait_for(pilot, lambda: app.pending is not None)
+        await pilot.pause(0.5)
+        assert app.pending is not None and "  first" not in log_text(app)  # still waiting
         await pilot.press("y")
         await wait_for(pilot, lambda: "  first" in log_text(app))
         await wait_for(pilot, lambda: app.pending is not None and app.pending.arg == "echo second")
@@ -153,8 +156,7 @@ async def test_replay_shows_a_recording_and_keeps_escapes_inert() -> None:
         assert "\x1b" not in text
 
 
-@pytest.mark.parametrize("when", ["end"])
-def test_snapshot_replayed_session(snap_compare: Callable[..., bool], when: str) -> None:
+def test_snapshot_replayed_session(snap_compare: Callable[..., bool]) -> None:
     async def finish(pilot: object) -> None:
         app = pilot.app  # type: ignore[attr-defined]
         await wait_for(pilot, lambda: app.ended is not None)

@@ -73,6 +73,7 @@ class SandshellApp(App[None]):
         self.buffer = UIBuffer()
         self.max_lines = max_lines
         self.pending: Action | None = None  # the action waiting for approval
+        self.approved: Action | None = None  # the last one asked about
         self.asking: str | None = None  # hint, take_over, edit, reject
         self.ended: ev.SessionEnded | None = None
         self.model_text = ""
@@ -175,6 +176,8 @@ class SandshellApp(App[None]):
                 self._line(WARN, f"[answer not valid: {event.error}] {event.text[:300]}")
             if event.stats.completion_tokens and event.stats.tokens_per_second:
                 self.status.speed = f"{event.stats.tokens_per_second:.0f} tok/s"
+        elif isinstance(event, ev.ApprovalNeeded):
+            self._approval(event.action)
         elif isinstance(event, ev.ActionStarted):
             self._action(event)
         elif isinstance(event, ev.ActionFinished):
@@ -188,8 +191,6 @@ class SandshellApp(App[None]):
             self._line({"error": FAIL, "warning": WARN}.get(event.level, INFO), f"[{event.level}] {event.text}")
         elif isinstance(event, ev.Phase):
             self.status.state = "paused" if self.control.paused and event.name != "done" else event.name
-            if event.name == "approval":
-                self.query_one("#approval").add_class("active")
         elif isinstance(event, ev.SessionEnded):
             self.ended = event
             text = f"session {event.status}" + (f": {event.result}" if event.result else "")
@@ -201,23 +202,32 @@ class SandshellApp(App[None]):
             self.status.state = "done"
         self.status.refresh_bar()
 
-    def _action(self, event: ev.ActionStarted) -> None:
-        a = event.action
+    def _approval(self, a: Action) -> None:
         if a.comment:
             self._line(COMMENT, a.comment)
-        if self.status.state == "approval" or (self.control.approval and not event.by_user and a.kind != "done"):
-            self.pending = a
-            self.query_one("#approval", Static).update(
-                Text(f"approve {a.summary(200)} ?  y approve · e edit · r reject with a reason", style="bold")
-            )
+        self._line(FILE, f"[waiting for approval] {a.summary(200)}")
+        self.pending = self.approved = a
+        bar = self.query_one("#approval", Static)
+        bar.update(Text(f"approve {a.summary(200)} ?  y approve · e edit · r reject with a reason", style="bold"))
+        bar.add_class("active")
+
+    def _decide(self, decision: Decision) -> None:
+        """Answer the pending approval once (a second key press must not answer the next one)."""
+        if self.pending is not None:
+            self.control.decide(decision)
+            self.pending = None
+            self.query_one("#approval").remove_class("active")
+
+    def _action(self, event: ev.ActionStarted) -> None:
+        a = event.action
+        if a.comment and a != self.approved:  # an approved action's comment was shown with the question
+            self._line(COMMENT, a.comment)
         if a.kind == "bash":
             self._line(PROMPT, f"{event.prompt} {a.arg}" + ("   (you)" if event.by_user else ""))
         else:
             self._line(FILE, f"{a.kind} {a.arg if a.kind != 'write' else a.arg + f' ({len(a.content):,} chars)'}")
 
     def _finished(self, event: ev.ActionFinished) -> None:
-        self.pending = None
-        self.query_one("#approval").remove_class("active")
         r = event.result
         if r is not None:
             if not r.ok or r.restarted or r.notice:
@@ -243,9 +253,7 @@ class SandshellApp(App[None]):
         self.notify(f"approval mode {'on' if self.control.approval else 'off'}")
 
     def action_approve(self) -> None:
-        if self.pending is not None:
-            self.control.decide(Decision("approve"))
-            self.query_one("#approval").remove_class("active")
+        self._decide(Decision("approve"))
 
     def action_edit(self) -> None:
         if self.pending is not None:
@@ -294,9 +302,9 @@ class SandshellApp(App[None]):
                 if a.kind == "bash"
                 else Action(a.kind, a.arg, value, a.comment)
             )
-            self.control.decide(Decision("edit", action=edited))
-        elif what == "reject" and self.pending is not None:
-            self.control.decide(Decision("reject", reason=value))
+            self._decide(Decision("edit", action=edited))
+        elif what == "reject":
+            self._decide(Decision("reject", reason=value))
 
     def action_quit_session(self) -> None:
         self.control.quit()

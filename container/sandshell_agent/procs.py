@@ -55,25 +55,12 @@ def spawned_since(before: set[int], shell_pid: int, keep: set[int]) -> list[int]
     return ours
 
 
-def _signal_all(pids: list[int], sig: int) -> None:
+def signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def terminate(before: set[int], shell_pid: int, keep: set[int], grace: float) -> int:
-    """TERM what the command started, then freeze and KILL whatever is left; returns the count."""
-    found = spawned_since(before, shell_pid, keep)
-    _signal_all(found, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        found = spawned_since(before, shell_pid, keep)
-        if not found:
-            return 0
-        time.sleep(0.05)
-    return kill_all(before, shell_pid, keep)
 
 
 def kill_all(before: set[int], shell_pid: int, keep: set[int]) -> int:
@@ -83,8 +70,8 @@ def kill_all(before: set[int], shell_pid: int, keep: set[int]) -> int:
         found = spawned_since(before, shell_pid, keep)
         if not found:
             break
-        _signal_all(found, signal.SIGSTOP)
-        _signal_all(found, signal.SIGKILL)
+        signal_all(found, signal.SIGSTOP)
+        signal_all(found, signal.SIGKILL)
         killed += len(found)
         time.sleep(0.01)
     return killed

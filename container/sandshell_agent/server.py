@@ -6,6 +6,7 @@ import hmac
 import os
 import pwd
 import selectors
+import signal
 import socket
 import time
 from typing import Any
@@ -345,8 +346,7 @@ class Agent:
         cmd.phase_deadline = time.monotonic() + self.cfg.kill_grace
         keep = {os.getpid(), 1}
         found = procs.spawned_since(cmd.before, self.shell.pid, keep)
-        for pid in found:
-            _kill(pid, 15)
+        procs.signal_all(found, signal.SIGTERM)
         if not found:  # a loop inside the shell itself: only a restart ends it
             cmd.phase, cmd.phase_deadline = "kill", time.monotonic() + 0.3
 
@@ -441,13 +441,6 @@ class Agent:
 
 def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
     return {"type": "error", "id": rid, "code": code, "message": message}
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _has_pw(uid: int) -> bool:
