@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || ./scripts/setup.sh
-exec .venv/bin/python -m app.cli reset "$@"
+exec .venv/bin/python -m sandshell.cli reset "$@"

@@ -19,6 +19,7 @@ if ! docker info >/dev/null 2>&1; then
   say "no Docker engine answers; start it (e.g. sudo systemctl start docker) and check that your user may use it"
   exit 1
 fi
-[ -f .env ] || { cp .env.example .env; say "created .env from .env.example"; }
+home="${SANDSHELL_HOME:-.}"
+[ -f "$home/.env" ] || { mkdir -p "$home" && cp .env.example "$home/.env" && say "created $home/.env from .env.example"; }
 ./scripts/setup.sh
-exec .venv/bin/python -m app.cli "$@"
+exec .venv/bin/python -m sandshell.cli "$@"

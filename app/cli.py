@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.errors import SandshellError
+from sandshell.errors import SandshellError
 
 
 def _say(message: str) -> None:
@@ -16,16 +16,17 @@ def _say(message: str) -> None:
 
 def prepare() -> int:
     """Check Docker, reap leftovers and make sure the sandbox image is built."""
-    from app import config, engine
-    from app.image import ensure_image
+    from sandshell import config
+    from sandshell.sandbox import engine
+    from sandshell.sandbox.image import ensure_image
 
     settings = config.load()
     client = engine.client()
     for name in engine.reap(client):
         _say(f"removed leftover container {name}")
     tag = ensure_image(client, settings, _say)
-    from app.model import resolve_model_path
-    from app.reset import init_workspace
+    from sandshell.model.llama import resolve_model_path
+    from sandshell.workspace import init_workspace
 
     init_workspace(settings)
     if settings.backend == "llama":
@@ -35,7 +36,7 @@ def prepare() -> int:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from app import config
+    from sandshell import config
 
     s = config.load()
     changes = {
@@ -53,7 +54,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _rerun(folder: Path, settings: Any) -> Any:
-    from app.replay import actions_script
+    from sandshell.session.replay import actions_script
 
     lines = actions_script(folder)
     if not lines:
@@ -92,25 +93,25 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "prepare":
             return prepare()
         if args.cmd == "replay":
-            from app.tui.run import replay_app, require_terminal
+            from sandshell.tui.run import replay_app, require_terminal
 
             require_terminal()
             replay_app(Path(args.folder), args.speed).run()
             return 0
         if args.cmd == "reset":
-            from app.reset import reset
+            from sandshell.workspace import reset
 
             return reset(assume_yes=args.yes)
         settings = _settings(args)
         if args.cmd == "rerun":
             settings = _rerun(Path(args.folder), settings)
         if args.headless:
-            from app.runner import print_result, run_task
+            from sandshell.runner import print_result, run_task
 
             goal = args.goal or settings.default_goal
             result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True)
             return print_result(result)
-        from app.tui.run import live_app, require_terminal
+        from sandshell.tui.run import live_app, require_terminal
 
         require_terminal()
         app = live_app(settings, goal=args.goal)

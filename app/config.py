@@ -16,9 +16,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from dotenv import dotenv_values
 from pydantic import TypeAdapter, ValidationError
 
-from app.errors import SettingsError
-
-ROOT = Path(__file__).resolve().parent.parent
+from sandshell.errors import SettingsError
 
 DEFAULT_GOAL = (
     "Explore this Linux machine. Find out what it is and what it can do, keep notes in "
@@ -61,6 +59,12 @@ class Settings:
         "LLAMA_EXIT_TIMEOUT", 10.0, "seconds a command may run before its whole process tree is killed"
     )
     max_exit_timeout: float = _f("LLAMA_MAX_EXIT_TIMEOUT", 120.0, "the most a per-command timeout may ask for")
+    # -- where things live -----------------------------------------------------------------
+    home: str = _f(
+        "SANDSHELL_HOME",
+        "",
+        "folder that relative paths (workspace, sessions, cache) and .env are found in; empty: the current directory",
+    )
     # -- sandbox ---------------------------------------------------------------------------
     workspace: str = _f("SANDSHELL_WORKSPACE", "workspace", "host folder mounted at /app")
     workspace_mode: Literal["rw", "ro", "copy"] = _f(
@@ -117,13 +121,13 @@ class Settings:
     sampling: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
 
     @property
-    def root(self) -> Path:
-        return ROOT
+    def home_dir(self) -> Path:
+        return Path(self.home).expanduser().absolute() if self.home else Path.cwd()
 
     def path(self, value: str) -> Path:
-        """Resolve a settings path against the repository root."""
+        """Resolve a settings path against SANDSHELL_HOME (or the current directory), never the package."""
         p = Path(value).expanduser()
-        return p if p.is_absolute() else ROOT / p
+        return p if p.is_absolute() else self.home_dir / p
 
     def replace(self, **changes: Any) -> Settings:
         import dataclasses
@@ -140,8 +144,18 @@ def documented_fields() -> list[tuple[str, str, Any]]:
     return out
 
 
-def load(env_file: str | Path | None = ROOT / ".env", environ: dict[str, str] | None = None) -> Settings:
+def default_env_file(environ: dict[str, str] | None = None) -> Path:
+    """`.env` in SANDSHELL_HOME, or in the current directory."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("SANDSHELL_HOME") or ".").expanduser() / ".env"
+
+
+def load(
+    env_file: str | Path | Literal["default"] | None = "default", environ: dict[str, str] | None = None
+) -> Settings:
     """Build the settings from `.env` then the environment (which wins)."""
+    if env_file == "default":
+        env_file = default_env_file(environ)
     values: dict[str, str] = {}
     if env_file is not None and Path(env_file).is_file():
         values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})

@@ -1,8 +1,8 @@
-"""Write `.env.example` from the settings' own documentation: `python -m app.envdoc > .env.example`."""
+"""Write `.env.example` from the settings' own documentation: `python -m sandshell.envdoc > .env.example`."""
 
 from __future__ import annotations
 
-from app.config import documented_fields
+from sandshell.config import documented_fields
 
 HEADER = """\
 # sandshell settings. Copy to .env (start.sh does it) and change what you need; the

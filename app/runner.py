@@ -9,16 +9,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from app import config
-from app.config import Settings
-from app.control import Control
-from app.errors import SandshellError
-from app.events import Event, ModelReplied, ModelText, Sink
-from app.model import Backend, Model, make_backend
-from app.recorder import Recorder
-from app.sandbox import Sandbox, new_session_id
-from app.session import Outcome, Session, session_dir
-from app.transcript import render
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.errors import SandshellError
+from sandshell.model.turn import Model, make_backend
+from sandshell.model.types import Backend
+from sandshell.sandbox.engine import new_session_id
+from sandshell.sandbox.sandbox import Sandbox
+from sandshell.session.control import Control
+from sandshell.session.events import Event, ModelReplied, ModelText, Sink
+from sandshell.session.loop import Session, session_dir
+from sandshell.session.recorder import Recorder
+from sandshell.session.transcript import render
+from sandshell.session.types import Outcome
 
 LOG_LINES = 400
 

@@ -13,13 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import actions, config
-from app.actions import Action
-from app.context import Context, Step, Turn, brief_command, observe_command
-from app.model import LlamaBackend, Stats
-from app.sandbox import Sandbox
+from sandshell import config
+from sandshell.model import actions
+from sandshell.model.actions import Action
+from sandshell.model.context import Context, Step, Turn, brief_command, observe_command
+from sandshell.model.llama import LlamaBackend
+from sandshell.model.types import Stats
+from sandshell.resources import fixed_system_prompt
+from sandshell.sandbox.sandbox import Sandbox
 
-SYSTEM = (config.ROOT / "system.md").read_text()
+SYSTEM = fixed_system_prompt()
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Begin. Goal: describe this machine."}]
 COMMANDS = [
     "uname -a", "cat /etc/os-release", "ls -la /", "df -h", "ps aux", "ls /usr/bin | head -80", "env | sort",

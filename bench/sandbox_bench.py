@@ -16,9 +16,9 @@ from pathlib import Path
 
 import psutil
 
-from app import config
-from app.protocol import Output
-from app.sandbox import Sandbox
+from sandshell import config
+from sandshell.sandbox.protocol import Output
+from sandshell.sandbox.sandbox import Sandbox
 
 
 def pct(values: list[float], p: float) -> float:

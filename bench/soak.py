@@ -14,11 +14,12 @@ from pathlib import Path
 
 import psutil
 
-from app import config, events
-from app.control import Control
-from app.model import ScriptBackend
-from app.runner import open_session
-from app.sandbox import Sandbox
+from sandshell import config
+from sandshell.model.script import ScriptBackend
+from sandshell.runner import open_session
+from sandshell.sandbox.sandbox import Sandbox
+from sandshell.session import events
+from sandshell.session.control import Control
 
 MIX = [
     ("quick", "echo {i}"),

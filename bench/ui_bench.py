@@ -16,8 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from app import config
-from app.tui.run import live_app
+from sandshell import config
+from sandshell.tui.run import live_app
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 async def stalls(lines: int) -> tuple[float, float, float, int]:
@@ -57,7 +59,7 @@ def start_to_first_command() -> tuple[float, float]:
         ws.mkdir()
         env = f"SANDSHELL_WORKSPACE={shlex.quote(str(ws))} SANDSHELL_SESSIONS_DIR={shlex.quote(tmp)}/s"
         name = f"bench-{os.getpid()}"
-        root = shlex.quote(str(config.ROOT))
+        root = shlex.quote(str(REPO))
         start = time.monotonic()
         subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "36",
                         f"cd {root} && env {env} ./start.sh; sleep 10"], check=True)  # fmt: skip

@@ -1,22 +1,33 @@
-"""Shared fixtures: real Docker, one sandbox per module where tests do not break it."""
+"""Shared fixtures: real Docker, one sandbox per module where tests do not break it.
+
+The suite never reads the developer's `.env` or settings, and never writes into the checkout:
+SANDSHELL_HOME points at a fresh temporary folder for this process and its children.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
-from app import config, engine
-from app.config import Settings
-from app.sandbox import Sandbox
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.sandbox import engine
+from sandshell.sandbox.sandbox import Sandbox
+
+HOME = tempfile.mkdtemp(prefix="sandshell-test-home-")
+for _name in [k for k in os.environ if k.startswith(("LLAMA_", "SANDSHELL_"))]:
+    del os.environ[_name]
+os.environ["SANDSHELL_HOME"] = HOME
 
 
 def _base_settings(**changes: object) -> Settings:
-    s = config.load(env_file=None, environ={})
+    s = config.load(env_file=None, environ={"SANDSHELL_HOME": HOME})
     return s.replace(**changes)
 
 

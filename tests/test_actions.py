@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app import actions
-from app.actions import Action, ParseError
+from sandshell.model import actions
+from sandshell.model.actions import Action, ParseError
 from tests.grammar_util import grammar_accepts
 
 NASTY = [
@@ -36,7 +36,7 @@ def test_nasty_commands_round_trip_through_json(command: str) -> None:
 def llm() -> Any:
     from llama_cpp import Llama
 
-    from app.model import default_model_path
+    from sandshell.model.llama import default_model_path
 
     return Llama(model_path=str(default_model_path()), n_ctx=512, verbose=False)
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from app import config
-from app.envdoc import render
-from app.errors import SettingsError
+from sandshell import config
+from sandshell.envdoc import render
+from sandshell.errors import SettingsError
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_without_any_configuration() -> None:
@@ -52,8 +54,8 @@ def test_bad_settings_are_one_clear_sentence(environ: dict[str, str], words: str
 
 
 def test_env_example_documents_every_setting() -> None:
-    example = (config.ROOT / ".env.example").read_text()
-    assert example == render(), "regenerate with: .venv/bin/python -m app.envdoc > .env.example"
+    example = (REPO / ".env.example").read_text()
+    assert example == render(), "regenerate with: .venv/bin/python -m sandshell.envdoc > .env.example"
     for env, doc, _ in config.documented_fields():
         assert f"\n{env}=" in example and doc
 
@@ -64,8 +66,9 @@ def test_core_never_imports_textual() -> None:
 
     code = (
         "import sys\n"
-        "import app.config, app.model, app.sandbox, app.protocol, app.session, app.recorder, app.runner, app.replay\n"
+        "import sandshell.config, sandshell.model.turn, sandshell.model.llama, sandshell.sandbox.sandbox\n"
+        "import sandshell.session.loop, sandshell.session.recorder, sandshell.runner, sandshell.session.replay\n"
         "import sandshell_agent.server\n"
         "assert not [m for m in sys.modules if m.split('.')[0] == 'textual'], 'textual imported by the core'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=config.ROOT)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.actions import Action
-from app.context import Context, Step, Turn, cut, observe_command
-from app.model import Message
-from app.protocol import Result
+from sandshell.model.actions import Action
+from sandshell.model.context import Context, Step, Turn, cut, observe_command
+from sandshell.model.types import Message
+from sandshell.sandbox.protocol import Result
 
 
 def count(messages: list[Message]) -> int:

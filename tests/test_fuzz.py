@@ -6,10 +6,10 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sandshell_agent.frames import FrameError, FrameReader, encode
 
-from app import actions
-from app.actions import ParseError
+from sandshell.model import actions
+from sandshell.model.actions import ParseError
+from sandshell_agent.frames import FrameError, FrameReader, encode
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.genconfig import ModelConfig
+from sandshell.model.genconfig import ModelConfig
 
 
 def test_valid_config_applies_and_records_the_change() -> None:

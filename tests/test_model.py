@@ -6,13 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from app import actions, config
-from app.config import Settings
-from app.errors import ModelError
-from app.model import LlamaBackend, Model, Reply, ScriptBackend, Stats, resolve_model_path
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.errors import ModelError
+from sandshell.model import actions
+from sandshell.model.llama import LlamaBackend, resolve_model_path
+from sandshell.model.script import ScriptBackend
+from sandshell.model.turn import Model, Reply
+from sandshell.model.types import Stats
+from sandshell.resources import fixed_system_prompt
 
 MESSAGES = [
-    {"role": "system", "content": (config.ROOT / "system.md").read_text()},
+    {"role": "system", "content": fixed_system_prompt()},
     {"role": "user", "content": "Begin. Your goal: find out the kernel version."},
 ]
 

@@ -11,10 +11,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app import config
-from app.errors import ModelError
-from app.model import Model, Reply, default_model_path
-from app.openai_backend import OpenAIBackend
+from sandshell import config
+from sandshell.errors import ModelError
+from sandshell.model.llama import default_model_path
+from sandshell.model.openai import OpenAIBackend
+from sandshell.model.turn import Model, Reply
+from sandshell.resources import fixed_system_prompt
 
 
 def _free_port() -> int:
@@ -58,7 +60,7 @@ def test_streams_and_parses_with_a_constraint(server: str) -> None:
     )
     backend = OpenAIBackend(settings)
     model = Model(backend, settings)
-    messages = [{"role": "system", "content": (config.ROOT / "system.md").read_text()},
+    messages = [{"role": "system", "content": fixed_system_prompt()},
                 {"role": "user", "content": "Begin. Goal: list the files in /app."}]  # fmt: skip
     chunks, reply = [], None
     for item in model.turn(messages, {"max_tokens": 200, "temperature": 0.3, "seed": 1}):

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from app.protocol import Output
-from app.sandbox import Sandbox
+from sandshell.sandbox.protocol import Output
+from sandshell.sandbox.sandbox import Sandbox
 
 GRACE = 4.0  # seconds past the timeout a killed command may take to come back
 

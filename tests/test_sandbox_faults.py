@@ -11,11 +11,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from app.config import Settings
-from app.connection import Connection
-from app.errors import ProtocolError
-from app.protocol import Output, Result
-from app.sandbox import Sandbox
+from sandshell.config import Settings
+from sandshell.errors import ProtocolError
+from sandshell.sandbox.connection import Connection
+from sandshell.sandbox.protocol import Output, Result
+from sandshell.sandbox.sandbox import Sandbox
 
 
 def _events(sb: Sandbox, command: str, timeout: float) -> tuple[list[Output], Result]:

@@ -16,9 +16,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from app import config, engine
+from sandshell.sandbox import engine
 
-ROOT = config.ROOT
+REPO = Path(__file__).resolve().parents[1]
 
 
 def env_for(tmp_path: Path, workspace: Path, **extra: str) -> dict[str, str]:
@@ -50,7 +50,7 @@ def test_start_sh_reaches_the_models_first_command_and_quits_cleanly(tmp_path: P
     name = f"sandshell-test-{os.getpid()}"
     env = env_for(tmp_path, workspace)
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.startswith(("SANDSHELL_", "TERM")))
-    command = f"cd {shlex.quote(str(ROOT))} && env {exports} ./start.sh; echo EXIT=$?; sleep 30"
+    command = f"cd {shlex.quote(str(REPO))} && env {exports} ./start.sh; echo EXIT=$?; sleep 30"
     subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "36", command], check=True)
     try:
         _wait_screen(name, r"0 root@sandbox:/app # pwd && ls -la", 240)  # the intro ran in the sandbox
@@ -69,7 +69,7 @@ def test_start_sh_reaches_the_models_first_command_and_quits_cleanly(tmp_path: P
 
 
 def test_start_sh_without_a_terminal_says_so(tmp_path: Path, workspace: Path) -> None:
-    proc = subprocess.run(["./start.sh"], cwd=ROOT, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
+    proc = subprocess.run(["./start.sh"], cwd=REPO, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "needs a terminal" in proc.stderr
@@ -80,7 +80,7 @@ def test_reset_sh_archives_then_lays_out_starter_files(tmp_path: Path, workspace
     (workspace / "deep").mkdir()
     (workspace / "deep" / "f").write_text("x")
     (workspace / "link").symlink_to("/etc/passwd")
-    proc = subprocess.run(["./reset.sh", "--yes"], cwd=ROOT, env=env_for(tmp_path, workspace),
+    proc = subprocess.run(["./reset.sh", "--yes"], cwd=REPO, env=env_for(tmp_path, workspace),
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in workspace.iterdir()) == ["config.json", "goal", "system.md"]
@@ -96,7 +96,7 @@ def test_reset_sh_archives_then_lays_out_starter_files(tmp_path: Path, workspace
 
 def test_reset_without_yes_and_without_a_terminal_changes_nothing(tmp_path: Path, workspace: Path) -> None:
     (workspace / "keep").write_text("k")
-    proc = subprocess.run(["./reset.sh"], cwd=ROOT, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
+    proc = subprocess.run(["./reset.sh"], cwd=REPO, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and "--yes" in proc.stderr and (workspace / "keep").exists()
 
@@ -108,8 +108,9 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     script = tmp_path / "a.jsonl"
     script.write_text('{"bash": "echo started; sleep 60", "timeout": 90}\n{"done": "never"}\n')
     env = env_for(tmp_path, workspace, LLAMA_INTRO="false")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--headless", "--goal", "g", "--script", str(script)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    cli = [sys.executable, "-m", "sandshell.cli"]
+    proc = subprocess.Popen([*cli, "--headless", "--goal", "g", "--script", str(script)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 60
     log = None
     while time.monotonic() < deadline:
@@ -125,7 +126,7 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     assert [r["type"] for r in records][-2:] == ["ActionStarted", "OutputChunk"]
     mine = {"label": f"{engine.LABEL}={log.parent.name}"}  # this session's container, not another's
     assert docker_client.containers.list(all=True, filters=mine), "the orphan should be there before the next start"
-    prepared = subprocess.run([sys.executable, "-m", "app.cli", "prepare"], cwd=ROOT, env=env,
+    prepared = subprocess.run([sys.executable, "-m", "sandshell.cli", "prepare"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
     assert prepared.returncode == 0, prepared.stderr
     assert f"removed leftover container sandshell-{log.parent.name}" in prepared.stderr
@@ -142,7 +143,7 @@ def test_start_sh_without_docker_says_so(tmp_path: Path, workspace: Path) -> Non
         (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     env = env_for(tmp_path, workspace)
     env["PATH"] = str(tools)
-    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Docker is not installed" in proc.stderr

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from app import config
-from app.config import Settings
-from app.container import STANDARD_CAPS
-from app.control import Control
-from app.model import ScriptBackend
-from app.recorder import Recorder
-from app.runner import open_session, run_task
-from app.sandbox import Sandbox
-from app.session import Session
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.model.script import ScriptBackend
+from sandshell.runner import open_session, run_task
+from sandshell.sandbox.container import STANDARD_CAPS
+from sandshell.sandbox.sandbox import Sandbox
+from sandshell.session.control import Control
+from sandshell.session.loop import Session
+from sandshell.session.recorder import Recorder
 
 # Capability bit numbers (linux/capability.h) of what `standard` keeps.
 CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
@@ -147,7 +147,7 @@ def test_a_full_disk_for_recordings_stops_cleanly(workspace: Path, tmp_path: Pat
     recorder = Recorder(tmp_path / "rec")
     recorder._log = open("/dev/full", "w")  # noqa: SIM115 - every write now fails with ENOSPC
     backend = ScriptBackend(['{"bash": "echo hi"}'] * 5)
-    from app.model import Model
+    from sandshell.model.turn import Model
 
     with Sandbox(workspace=workspace, settings=s) as sb:
         outcome = Session(s, sb, Model(backend, s), [recorder], Control()).run()
@@ -194,8 +194,8 @@ def test_two_sessions_at_once_share_nothing(tmp_path: Path) -> None:
     ],
 )
 def test_escape_sequences_are_made_inert(hostile: str) -> None:
-    from app import events
-    from app.transcript import inert, render
+    from sandshell.session import events
+    from sandshell.session.transcript import inert, render
 
     shown = inert(f"a{hostile}b")
     assert "\x1b" not in shown and "\x9b" not in shown and "\x07" not in shown and "\r" not in shown

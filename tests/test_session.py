@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from app import config, events
-from app.config import Settings
-from app.control import Control, Decision
-from app.model import ScriptBackend
-from app.replay import actions_script, load
-from app.runner import open_session, run_task
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.model.script import ScriptBackend
+from sandshell.runner import open_session, run_task
+from sandshell.session import events
+from sandshell.session.control import Control, Decision
+from sandshell.session.replay import actions_script, load
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Collect:
@@ -163,20 +166,20 @@ def test_headless_cli_prints_json_and_exit_status(s: Settings, tmp_path: Path) -
     actions_file = tmp_path / "actions.jsonl"
     actions_file.write_text('{"bash": "uname -s"}\n{"done": "it is Linux"}\n')
     env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin"}
-    cmd = [sys.executable, "-m", "app.cli", "--headless", "--goal", "which OS?", "--script", str(actions_file)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=config.ROOT, timeout=120)
+    cmd = [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "which OS?", "--script", str(actions_file)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     result = json.loads(proc.stdout)
     assert proc.returncode == 0 and result["status"] == "done" and result["result"] == "it is Linux"
     assert "Linux" in proc.stderr  # progress lines go to stderr
     failing = subprocess.run([*cmd[:-2], "--max-steps", "1", "--script", str(actions_file)], capture_output=True,
-                             text=True, env=env, cwd=config.ROOT, timeout=120)  # fmt: skip
+                             text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert failing.returncode == 1 and json.loads(failing.stdout)["status"] == "max_steps"
 
 
 def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
     env = {"LLAMA_EXIT_TIMEOUT": "soon", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "--headless", "--goal", "x"], capture_output=True,
-                          text=True, env=env, cwd=config.ROOT, timeout=60)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x"], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "LLAMA_EXIT_TIMEOUT='soon' is not a valid float" in proc.stderr
 
@@ -186,8 +189,8 @@ def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None
     (Path(s.workspace) / "marker").unlink()
     env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
            "LLAMA_INTRO": "false"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "--headless", "--goal", "g", "rerun", str(folder)],
-                          capture_output=True, text=True, env=env, cwd=config.ROOT, timeout=120)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["result"] == "rerun me"
     assert (Path(s.workspace) / "marker").read_text() == "again\n"
@@ -197,8 +200,17 @@ def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None
 def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> None:
     env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
            "LLAMA_SEED": "3", "LLAMA_MAX_TOKENS": "128"}  # fmt: skip
-    cmd = [sys.executable, "-m", "app.cli", "--headless", "--goal", "Print the kernel version.", "--max-steps", "2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=config.ROOT, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "sandshell.cli",
+        "--headless",
+        "--goal",
+        "Print the kernel version.",
+        "--max-steps",
+        "2",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     result = json.loads(proc.stdout)
     assert set(result) == {"status", "result", "error", "log"}
     assert result["status"] in ("done", "max_steps", "stuck") and proc.returncode == (result["status"] != "done")

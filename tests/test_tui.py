@@ -12,11 +12,11 @@ import pytest
 from rich.text import Text
 from textual.events import Key
 
-from app import config
-from app.config import Settings
-from app.tui.app import SandshellApp
-from app.tui.run import live_app, replay_app
-from app.tui.widgets import ShellHighlighter, ShellLog, StatusBar
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.tui.app import SandshellApp
+from sandshell.tui.run import live_app, replay_app
+from sandshell.tui.widgets import ShellHighlighter, ShellLog, StatusBar
 
 pytestmark = pytest.mark.anyio
 

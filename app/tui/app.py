@@ -8,16 +8,16 @@ from collections.abc import Callable
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, Static
 
-from app import events as ev
-from app.actions import Action
-from app.control import Control, Decision
-from app.transcript import inert
-from app.tui.buffer import UIBuffer
-from app.tui.widgets import (
+from sandshell.model.actions import Action
+from sandshell.session import events as ev
+from sandshell.session.control import Control, Decision
+from sandshell.session.transcript import inert
+from sandshell.tui.buffer import UIBuffer
+from sandshell.tui.keys import KEYS
+from sandshell.tui.widgets import (
     COMMENT,
     ERR,
     FAIL,
@@ -43,28 +43,8 @@ class SandshellApp(App[None]):
 
     TITLE = "sandshell"
     AUTO_FOCUS = None  # the log must not steal key presses
-    CSS = """
-    #main { height: 1fr; }
-    #left { width: 1fr; }
-    #log { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
-    #approval { height: auto; background: $boost; color: $warning; padding: 0 1; display: none; }
-    #approval.active { display: block; }
-    #ask { display: none; }
-    #ask.active { display: block; }
-    """
-    BINDINGS = [
-        Binding("p", "pause", "Pause/resume"),
-        Binding("s", "step", "Step"),
-        Binding("a", "approval", "Approval mode"),
-        Binding("y", "approve", "Approve", show=False),
-        Binding("e", "edit", "Edit", show=False),
-        Binding("r", "reject", "Reject", show=False),
-        Binding("h", "hint", "Hint"),
-        Binding("t", "take_over", "Take over"),
-        Binding("q", "quit_session", "Quit"),
-        Binding("ctrl+c", "quit_session", "Quit", show=False, priority=True),
-        Binding("escape", "cancel_input", "Cancel", show=False),
-    ]
+    CSS_PATH = "app.tcss"
+    BINDINGS = KEYS
 
     def __init__(self, runner: Runner, control: Control, max_lines: int = 5000, title: str = "") -> None:
         super().__init__()

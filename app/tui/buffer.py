@@ -11,7 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from app.events import Event, ModelText, OutputChunk
+from sandshell.session.events import Event, ModelText, OutputChunk
 
 MAX_PARTIAL = 4096
 MAX_PENDING_CHARS = 2_000_000  # output waiting for the screen beyond this is skipped (the recording has it)

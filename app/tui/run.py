@@ -5,17 +5,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from app import events as ev
-from app.config import Settings
-from app.control import Control
-from app.errors import SandshellError
-from app.tui.app import SandshellApp
-from app.tui.buffer import UIBuffer
+from sandshell.config import Settings
+from sandshell.errors import SandshellError
+from sandshell.session import events as ev
+from sandshell.session.control import Control
+from sandshell.tui.app import SandshellApp
+from sandshell.tui.buffer import UIBuffer
 
 
 def live_app(settings: Settings, goal: str | None = None) -> SandshellApp:
     """The app for a live session (the same factory serves the CLI and the tests)."""
-    from app.runner import open_session
+    from sandshell.runner import open_session
 
     def runner(buffer: UIBuffer, control: Control) -> None:
         def say(message: str) -> None:
@@ -34,7 +34,7 @@ def live_app(settings: Settings, goal: str | None = None) -> SandshellApp:
 
 def replay_app(folder: Path, speed: float = 1.0, max_lines: int = 5000) -> SandshellApp:
     """The app showing a recorded session at its pace (or `speed` times faster)."""
-    from app.replay import play
+    from sandshell.session.replay import play
 
     def runner(buffer: UIBuffer, control: Control) -> None:
         play(folder, buffer, control, speed)

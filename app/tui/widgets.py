@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Log, Static
 
-from app.transcript import inert
+from sandshell.session.transcript import inert
 
 
 class StatusBar(Static):

@@ -15,9 +15,9 @@ from typing import Any
 import docker
 import docker.errors
 
-from app.config import Settings
-from app.engine import HOST_LABEL, LABEL, PID_LABEL
-from app.errors import SandboxError
+from sandshell.config import Settings
+from sandshell.errors import SandboxError
+from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL
 
 AGENT_PORT = 7000
 SOCKET_IN_CONTAINER = "/run/sandshell"

@@ -9,10 +9,10 @@ import tarfile
 import time
 from pathlib import Path
 
-from app import config
-from app.config import Settings
-from app.errors import SandshellError
-from app.genconfig import STARTER
+from sandshell import config
+from sandshell.config import Settings
+from sandshell.errors import SandshellError
+from sandshell.model.genconfig import STARTER
 
 STARTER_SYSTEM = """# My own instructions
 I may rewrite this file to remember what I learn about this machine and how to reach my goal.
@@ -78,7 +78,7 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
     init_workspace(settings)
     _say(f"workspace {ws} is fresh: goal, system.md and config.json written")
     try:
-        from app import engine
+        from sandshell.sandbox import engine
 
         for name in engine.reap(engine.client()):
             _say(f"removed leftover container {name}")

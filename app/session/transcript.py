@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from app import events as ev
+from sandshell.session import events as ev
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

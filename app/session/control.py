@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.actions import Action
+from sandshell.model.actions import Action
 
 
 @dataclass(frozen=True)

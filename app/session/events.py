@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.actions import Action
-from app.model import Stats
-from app.protocol import Result
+from sandshell.model.actions import Action
+from sandshell.model.types import Stats
+from sandshell.sandbox.protocol import Result
 
 
 @dataclass(frozen=True)

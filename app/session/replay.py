@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from app import events as ev
-from app.actions import Action
-from app.control import Control
-from app.errors import SandshellError
-from app.model import Stats
-from app.protocol import Result
+from sandshell.errors import SandshellError
+from sandshell.model.actions import Action
+from sandshell.model.types import Stats
+from sandshell.sandbox.protocol import Result
+from sandshell.session import events as ev
+from sandshell.session.control import Control
 
 TYPES: dict[str, type] = {
     cls.__name__: cls

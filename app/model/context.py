@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.actions import Action
-from app.model import Message
-from app.protocol import Result
+from sandshell.model.actions import Action
+from sandshell.model.types import Message
+from sandshell.sandbox.protocol import Result
 
 CHARS_PER_TOKEN = 3.5
 LOW_WATER = 0.6  # after a shrink the prompt takes at most this share of the room

@@ -10,6 +10,7 @@ user, host, cwd}, gap{id, from, to}, file, written, state, pong, error{id, code,
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +57,30 @@ class Result:
     user: str = "root"
     host: str = "sandbox"
     cwd: str = "/app"
+
+    @classmethod
+    def from_frame(cls, command: str, f: dict[str, Any]) -> Result:
+        """The agent's exit frame as a Result."""
+        return cls(
+            command=command,
+            return_code=f.get("exit_code"),
+            error=f.get("error"),
+            notice=f.get("notice"),
+            timed_out=bool(f.get("timed_out")),
+            interrupted=bool(f.get("interrupted")),
+            restarted=bool(f.get("restarted")),
+            output_limited=bool(f.get("output_limited")),
+            truncated=bool(f.get("truncated")),
+            syntax_error=bool(f.get("syntax_error")),
+            signal=f.get("signal"),
+            spill_path=f.get("spill_path"),
+            output_bytes=int(f.get("output_bytes") or 0),
+            duration=float(f.get("duration") or 0.0),
+            user=str(f.get("user") or "root"),
+            host=str(f.get("host") or "sandbox"),
+            cwd=str(f.get("cwd") or "/"),
+            tail=f.get("tail") or "",
+        )
 
     @property
     def ok(self) -> bool:
@@ -150,6 +175,11 @@ class OutputCollector:
             self.dropped += len(chunk.data)
         if chunk.stream == "stderr":
             self.stderr_tail = (self.stderr_tail + chunk.data)[-self.stderr_tail_chars :]
+
+    def finish(self, result: Result) -> Result:
+        """`result` with the collected output (head, and the agent's tail when it was cut)."""
+        tail = result.tail if result.truncated else None
+        return dataclasses.replace(result, output=self.text(tail), stderr_tail=self.stderr_tail)
 
     def text(self, agent_tail: str | None) -> str:
         body = "".join(self.head)

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from app import actions
-from app.config import Settings
-from app.errors import ModelError
-from app.model import Message, Stats
+from sandshell.config import Settings
+from sandshell.errors import ModelError
+from sandshell.model import actions
+from sandshell.model.types import Message, Stats
 
 ACTION_SCHEMA: dict[str, Any] = {
     "type": "array",

@@ -8,8 +8,8 @@ import time
 from collections import deque
 from typing import Any
 
-from app.errors import ProtocolError
-from app.protocol import PROTOCOL_VERSION, FrameError, FrameReader, encode
+from sandshell.errors import ProtocolError
+from sandshell.sandbox.protocol import PROTOCOL_VERSION, FrameError, FrameReader, encode
 
 MAX_FRAME = 16 * 1024 * 1024
 READ_BYTES = 256 * 1024

@@ -13,11 +13,10 @@ from typing import Any
 import docker
 import docker.errors
 
-from app.config import ROOT, Settings
-from app.errors import ImageError
+from sandshell.config import Settings
+from sandshell.errors import ImageError
+from sandshell.resources import container_dir
 
-CONTAINER_DIR = ROOT / "container"
-BOOTSTRAP = CONTAINER_DIR / "bootstrap-base.sh"
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
 LABEL = "sandshell.session"
 
@@ -34,12 +33,14 @@ def _digest(paths: list[Path], root: Path) -> str:
 
 def context_hash() -> str:
     """A hash of everything the image is built from (the Dockerfile and the agent)."""
-    files = [p for p in CONTAINER_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    return _digest(files, CONTAINER_DIR)
+    folder = container_dir()
+    files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return _digest(files, folder)
 
 
 def bootstrap_tag() -> str:
-    return f"sandshell-base:{_digest([BOOTSTRAP], CONTAINER_DIR)}"
+    folder = container_dir()
+    return f"sandshell-base:{_digest([folder / 'bootstrap-base.sh'], folder)}"
 
 
 def _exists(client: docker.DockerClient, ref: str) -> bool:
@@ -71,7 +72,8 @@ def bootstrap_base(tag: str, log: Log, log_file: Path) -> None:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log_file, "ab") as out:
-        proc = subprocess.Popen(["bash", str(BOOTSTRAP), tag, "base"], stdout=out, stderr=subprocess.STDOUT)
+        script = container_dir() / "bootstrap-base.sh"
+        proc = subprocess.Popen(["bash", str(script), tag, "base"], stdout=out, stderr=subprocess.STDOUT)
         while proc.poll() is None:
             try:
                 proc.wait(timeout=20)
@@ -116,7 +118,7 @@ def ensure_image(client: docker.DockerClient, settings: Settings, log: Log = lam
     log(f"building the sandbox image {tag} on {base}...")
     try:
         _, lines = client.images.build(
-            path=str(CONTAINER_DIR),
+            path=str(container_dir()),
             tag=tag,
             buildargs={"BASE": base},
             labels={LABEL: "image"},

@@ -6,22 +6,22 @@ No Textual here: the loop emits events to sinks (the TUI, the headless runner, t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from app import actions
-from app.actions import Action
-from app.config import ROOT, Settings
-from app.context import Context, Step, Turn, brief_command, cut, observe_command
-from app.control import Control
-from app.errors import SandshellError
-from app.events import (
+from sandshell.config import Settings
+from sandshell.errors import SandshellError
+from sandshell.model import actions
+from sandshell.model.actions import Action
+from sandshell.model.context import Context, Step, Turn, brief_command, cut, observe_command
+from sandshell.model.turn import Model, Reply
+from sandshell.model.types import Stats
+from sandshell.sandbox.protocol import Result
+from sandshell.session.control import Control
+from sandshell.session.events import (
     ActionFinished,
     ActionStarted,
     ApprovalNeeded,
-    ConfigChanged,
     Event,
     ModelReplied,
     ModelText,
@@ -31,12 +31,10 @@ from app.events import (
     SessionEnded,
     SessionStarted,
     Sink,
-    StateRead,
     TurnStarted,
 )
-from app.genconfig import ModelConfig
-from app.model import Model, Reply, Stats
-from app.protocol import FileContent, ModelState, Output, Result
+from sandshell.session.types import Outcome, SandboxLike
+from sandshell.session.world import World
 
 INTRO = [
     Action("read", "/app/goal", comment="first, read my goal"),
@@ -44,27 +42,6 @@ INTRO = [
 ]
 OPENING_PROMPT = "0 root@sandbox:/app #"
 MAX_BAD_ANSWERS = 3  # answers in a row that did not parse before the session stops as stuck
-SYSTEM_PART_CHARS = 4000  # of the model's own /app/system.md, and of the goal
-
-
-class SandboxLike(Protocol):
-    def execute(
-        self, command: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
-    ) -> Result: ...
-    def read_file(self, path: str, limit: int | None = None) -> FileContent: ...
-    def write_file(self, path: str, content: str, append: bool = False) -> int: ...
-    def state(self) -> ModelState: ...
-
-
-@dataclass
-class Outcome:
-    """How a session ended: the headless runner's `{status, result, error}`."""
-
-    status: str
-    result: str | None = None
-    error: str | None = None
-    turns: int = 0
-    seconds: float = 0.0
 
 
 class Session:
@@ -85,16 +62,13 @@ class Session:
         self.control = control or Control(approval=settings.approval)
         self.session_id = session_id
         self.goal_override = goal
-        self.fixed_system = (ROOT / "system.md").read_text(encoding="utf-8")
-        self.config = ModelConfig(settings.max_tokens)
+        self.world = World(settings, goal)
         backend = model.backend
         self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count)
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
-        self.last_state: dict[str, str] = {}
         self.last_action: tuple[str, str, str] | None = None
         self.same_in_a_row = 0
-        self.reported: set[str] = set()  # problems with the model's files already told
         self.bad_answers = 0
         self.finished: str | None = None
         self.started = 0.0
@@ -206,34 +180,14 @@ class Session:
 
     # -- the model's world ------------------------------------------------------------------
     def _read_state(self) -> tuple[dict[str, Any], str]:
-        state = self.sandbox.state()
-        goal = self.goal_override or _text(state.goal) or self.settings.default_goal
-        own = _text(state.system)
-        current = {"goal": goal, "system": own, "config": state.config.content or ""}
-        changed = tuple(k for k, v in current.items() if self.last_state and self.last_state.get(k) != v)
-        self.last_state = current
-        outcome = self.config.update(state.config.content, state.config.error)
-        problems = list(outcome.problems)
-        for name, part in (("goal", state.goal), ("system.md", state.system)):
-            if part.error and part.error != "missing":
-                problems.append(f"/app/{name}: {part.error}")
-            elif part.truncated:
-                problems.append(f"/app/{name} is over {self.settings.state_limit:,} bytes; only its start is used")
-        self.emit(StateRead(goal, own, current["config"], changed, tuple(problems)))
-        if outcome.change:
-            self.emit(ConfigChanged(*outcome.change))
-        # A problem that persists (a binary goal) is told once, not again every turn.
-        for p in problems:
-            if p not in self.reported:
-                self._tell(p)
-                self.emit(Notice("warning", p))
-        self.reported = set(problems)
-        params = {**self.settings.sampling, **outcome.params}
-        params["max_tokens"] = min(params.get("max_tokens", self.settings.max_tokens), self.settings.max_tokens)
-        system = self.fixed_system.rstrip() + f"\n\nYour goal: {cut(goal, SYSTEM_PART_CHARS)}\n"
-        if own.strip():
-            system += f"\nYour own notes (/app/system.md):\n{cut(own, SYSTEM_PART_CHARS)}\n"
-        return params, system
+        reading = self.world.read(self.sandbox.state())
+        self.emit(reading.state)
+        if reading.change is not None:
+            self.emit(reading.change)
+        for problem in reading.new_problems:
+            self._tell(problem)
+            self.emit(Notice("warning", problem))
+        return reading.params, reading.system
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, action: Action, by_user: bool = False) -> Step:
@@ -317,10 +271,6 @@ class Session:
         self.emit(ModelReplied(turn.answer, tuple(intro), None, Stats()))
         for action in intro:
             turn.steps.append(self._act(action))
-
-
-def _text(part: FileContent) -> str:
-    return part.content or ""
 
 
 def _public(settings: Settings) -> dict[str, Any]:

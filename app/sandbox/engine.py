@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
+import time
 
 import docker
 import docker.errors
 
-from app.errors import DockerUnavailable
+from sandshell.errors import DockerUnavailable
 
 LABEL = "sandshell.session"
 PID_LABEL = "sandshell.pid"
@@ -55,3 +57,8 @@ def reap(c: docker.DockerClient) -> list[str]:
             except docker.errors.APIError:
                 pass
     return removed
+
+
+def new_session_id() -> str:
+    """A session's name: when it started, and a little randomness (`20261122-011200-ab12`)."""
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)

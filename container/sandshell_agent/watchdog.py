@@ -1,0 +1,30 @@
+"""The process watchdog: near the container's process limit (a fork bomb, even in the background),
+every process started from the shell is killed."""
+
+from __future__ import annotations
+
+import os
+
+from . import procs
+
+CHECK_EVERY = 0.5
+
+
+class PidWatchdog:
+    def __init__(self, pids_limit: int) -> None:
+        self.pids_limit = pids_limit
+        self.next_check = 0.0
+
+    def check(self, now: float, shell_pid: int) -> str | None:
+        """Kill the shell's descendants when the process count nears the limit; returns a notice."""
+        if not self.pids_limit or now < self.next_check:
+            return None
+        self.next_check = now + CHECK_EVERY
+        count = sum(1 for name in os.listdir("/proc") if name.isdigit())
+        if count < self.pids_limit * 3 // 4:
+            return None
+        killed = procs.kill_all(set(), shell_pid, {os.getpid(), 1})
+        return (
+            f"{count} processes reached the limit of {self.pids_limit}: "
+            f"{killed} processes started from the shell were killed"
+        )
