@@ -111,6 +111,30 @@ async def test_approval_approve_edit_and_reject_with_reason(workspace: Path, tmp
         await pilot.press("q")
 
 
+async def test_edit_changes_a_reads_path_and_a_writes_content(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "a").write_text("from a\n")
+    (workspace / "b").write_text("from b\n")
+    s = settings_for(workspace, tmp_path, {"read": "/app/a"}, {"write": "/app/c", "content": "old"}, {"done": "x"},
+                     approval=True)  # fmt: skip
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        box = app.query_one("#ask")
+        await wait_for(pilot, lambda: app.pending is not None)
+        await pilot.press("e")
+        assert box.value == "/app/a" and "path" in box.placeholder  # type: ignore[attr-defined]
+        box.value = "/app/b"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.pending is not None and app.pending.kind == "write")
+        await pilot.press("e")
+        assert box.value == "old" and "content" in box.placeholder  # type: ignore[attr-defined]
+        box.value = "new"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.ended is not None)
+        assert "◆ read /app/b\n· → read 7 bytes" in log_text(app)
+        assert (workspace / "c").read_text() == "new"
+        await pilot.press("q")
+
+
 async def test_hint_and_take_over(workspace: Path, tmp_path: Path) -> None:
     s = settings_for(workspace, tmp_path, *[{"bash": "sleep 0.3"}] * 3, {"done": "x"}, repeat_limit=0)
     app = live_app(s)
@@ -173,3 +197,31 @@ def test_snapshot_hint_input(snap_compare: Callable[..., bool]) -> None:
         await pilot.pause(0.2)  # type: ignore[attr-defined]
 
     assert snap_compare(replay_app(RECORDING, speed=100.0), terminal_size=SIZE, run_before=open_hint)
+
+
+async def test_the_log_follows_while_the_pane_shrinks_and_waits_when_scrolled_up(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Following survives a smaller pane; scrolled up, a marker says output waits; End returns to the end."""
+    s = settings_for(workspace, tmp_path, {"bash": "seq 1 300"}, {"bash": "seq 1000 1300"}, {"done": "ok"},
+                     approval=True)  # fmt: skip
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(ShellLog)
+        await wait_for(pilot, lambda: app.pending is not None)  # the approval bar takes room from the log
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "  300" in log.lines)
+        await pilot.resize_terminal(100, 24)
+        await pilot.pause(0.3)
+        assert log.scroll_y == log.max_scroll_y, "the log stopped following when the pane shrank"
+        log.scroll_home(animate=False, immediate=True)
+        await wait_for(pilot, lambda: app.pending is not None)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "  1300" in log.lines)
+        await pilot.pause(0.2)
+        more = app.query_one("#more")
+        assert log.scroll_y == 0 and more.has_class("active")  # the user's place is kept, and told
+        assert "new lines below" in str(more.render())
+        await pilot.press("end")
+        await pilot.pause(0.2)
+        assert log.scroll_y == log.max_scroll_y and not more.has_class("active")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 from rich.text import Text
@@ -16,7 +15,7 @@ from sandshell.session import events as ev
 from sandshell.session.control import Control, Decision
 from sandshell.session.transcript import inert
 from sandshell.tui.buffer import UIBuffer
-from sandshell.tui.keys import KEYS
+from sandshell.tui.keys import ASKS, KEYS
 from sandshell.tui.widgets import (
     COMMENT,
     ERR,
@@ -28,6 +27,7 @@ from sandshell.tui.widgets import (
     RULE,
     WARN,
     ModelLine,
+    MoreBelow,
     ShellLog,
     StatusBar,
     WorldPanel,
@@ -67,6 +67,7 @@ class SandshellApp(App[None]):
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield ShellLog(self.max_lines)
+                yield MoreBelow(id="more")
                 yield ModelLine(id="model")
                 yield Static(id="approval")
                 yield Input(id="ask")
@@ -74,11 +75,9 @@ class SandshellApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        # A thread busy with a flood would otherwise hold the GIL for 5 ms at every turn of the
-        # event loop, and a key press needs many turns.
-        sys.setswitchinterval(0.0005)
         self.status = self.query_one(StatusBar)
         self.log_view = self.query_one(ShellLog)
+        self.more = self.query_one(MoreBelow)  # held: the flush timer may fire while the app unmounts
         self.status.refresh_bar()
         self.set_interval(1 / FLUSH_HZ, self.flush)
         self.run_session()
@@ -117,6 +116,11 @@ class SandshellApp(App[None]):
                 self.show(item)
         if run:
             self._lines(run_stream, run)
+        self.more.show(self.log_view)
+
+    def action_follow(self) -> None:
+        self.log_view.follow()
+        self.more.show(self.log_view)
 
     def _say_skipped(self) -> None:
         """After a flood: one line saying how much output was not drawn (the recording has it all)."""
@@ -237,7 +241,7 @@ class SandshellApp(App[None]):
 
     def action_edit(self) -> None:
         if self.pending is not None:
-            self._ask("edit", self.pending.arg if self.pending.kind == "bash" else self.pending.content)
+            self._ask("edit", self.pending.content if self.pending.kind == "write" else self.pending.arg)
 
     def action_reject(self) -> None:
         if self.pending is not None:
@@ -252,12 +256,8 @@ class SandshellApp(App[None]):
     def _ask(self, what: str, value: str) -> None:
         self.asking = what
         box = self.query_one("#ask", Input)
-        box.placeholder = {
-            "hint": "a hint for the model",
-            "take_over": "a command to run as you",
-            "edit": "the command to run instead",
-            "reject": "why (the model will see it)",
-        }[what]
+        kind = self.pending.kind if self.pending is not None else ""
+        box.placeholder = ASKS.get(f"{what}:{kind}", ASKS.get(what, ""))
         box.value = value
         box.add_class("active")
         box.focus()
@@ -278,9 +278,9 @@ class SandshellApp(App[None]):
         elif what == "edit" and self.pending is not None:
             a = self.pending
             edited = (
-                Action(a.kind, value, a.content, a.comment, a.timeout)
-                if a.kind == "bash"
-                else Action(a.kind, a.arg, value, a.comment)
+                Action(a.kind, a.arg, value, a.comment)
+                if a.kind == "write"
+                else Action(a.kind, value, a.content, a.comment, a.timeout)
             )
             self._decide(Decision("edit", action=edited))
         elif what == "reject":

@@ -120,14 +120,51 @@ class ShellHighlighter(Highlighter):
 
 
 class ShellLog(Log):
-    """The main pane: a bounded plain-text log with a gutter; cheap to append to in floods."""
+    """The main pane: a bounded plain-text log with a gutter; cheap to append to in floods.
+
+    It follows new output unless the user scrolled up. Textual's own auto-scroll follows only
+    while the offset equals the end, which stops being true whenever the pane shrinks (a
+    resize, the model's line or the approval bar appearing), so the pane tracks the user's
+    intent instead: `following` changes only when the scroll position does.
+    """
 
     def __init__(self, max_lines: int) -> None:
-        super().__init__(highlight=True, max_lines=max_lines, auto_scroll=True, id="log")
+        super().__init__(highlight=True, max_lines=max_lines, auto_scroll=False, id="log")
         self.highlighter = ShellHighlighter()
+        self.following = True
+        self.unseen = 0  # lines written while the user was scrolled up
 
     def add(self, gutter: str, text: str) -> None:
-        self.write_lines([f"{gutter} {line}" for line in text.split("\n")])
+        self.add_lines(gutter, text.split("\n"))
 
     def add_lines(self, gutter: str, lines: list[str]) -> None:
-        self.write_lines([f"{gutter} {line}" for line in lines])
+        self.write_lines([f"{gutter} {line}" for line in lines], scroll_end=False)
+        if self.following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        else:
+            self.unseen += len(lines)
+
+    def follow(self) -> None:
+        """Back to the live end (the End key)."""
+        self.following = True
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.following = new_value >= self.max_scroll_y
+        if self.following:
+            self.unseen = 0
+
+    def on_resize(self) -> None:
+        if self.following:
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+
+
+class MoreBelow(Static):
+    """Shown while the user is scrolled up and new output arrives: how much, and how to get back."""
+
+    def show(self, log: ShellLog) -> None:
+        waiting = not log.following and log.unseen > 0
+        if waiting:
+            self.update(f"▼ {log.unseen:,} new lines below · End follows the live output")
+        self.set_class(waiting, "active")
