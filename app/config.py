@@ -7,21 +7,24 @@ sandbox, the session and the UI.
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 from dotenv import dotenv_values
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from sandshell.errors import SettingsError
+from sandshell.llama_params import llama_params
 
 DEFAULT_GOAL = (
     "Explore this Linux machine. Find out what it is and what it can do, keep notes in "
     "/app/notes.md, and improve your own instructions in /app/system.md as you learn."
 )
+
+
+Bytes, GiB = Annotated[int, "bytes"], 1024**3  # a size, written as 4GiB, 500MB or plain bytes
 
 
 def _f(env: str, default: Any, doc: str) -> Any:
@@ -106,6 +109,23 @@ class Settings:
         32 * 1024 * 1024,
         "bytes kept in a spill file before a flooding command is stopped (0: no limit)",
     )
+    workspace_limit: Annotated[int, "bytes"] = _f(
+        "SANDSHELL_WORKSPACE_LIMIT",
+        4 * GiB,
+        "most bytes /app may hold (sizes as 4GiB, 500MB or bytes; 0: no limit); a command that writes past it "
+        "is stopped, and nothing already there is deleted",
+    )
+    file_limit: Annotated[int, "bytes"] = _f(
+        "SANDSHELL_FILE_LIMIT",
+        GiB,
+        "largest file the model's processes may write (RLIMIT_FSIZE; 0: no limit; never above the other two)",
+    )
+    scratch_limit: Annotated[int, "bytes"] = _f(
+        "SANDSHELL_SCRATCH_LIMIT",
+        GiB,
+        "size of /tmp (a tmpfs, in memory), and most bytes the model may add to the rest of the container's "
+        "files (0: no limit)",
+    )
     kill_grace: float = _f("SANDSHELL_KILL_GRACE", 1.0, "seconds between TERM and KILL when a command times out")
     state_limit: int = _f(
         "SANDSHELL_STATE_LIMIT", 16 * 1024, "bytes read of /app/goal, /app/system.md and /app/config.json each"
@@ -160,7 +180,7 @@ def load(
     if env_file is not None and Path(env_file).is_file():
         values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
     values.update(os.environ if environ is None else environ)
-    hints = get_type_hints(Settings)
+    hints = get_type_hints(Settings, include_extras=True)
     known = {f.metadata["env"]: f.name for f in fields(Settings) if f.metadata.get("env")}
     kwargs: dict[str, Any] = {}
     errors: list[str] = []
@@ -171,7 +191,7 @@ def load(
             except ValueError as e:
                 errors.append(f"{env}={values[env]!r} {e}")
     extra = {k: v for k, v in values.items() if k.startswith("LLAMA_") and k not in known}
-    load_params, sampling, extra_errors = _llama_params(extra)
+    load_params, sampling, extra_errors = llama_params(extra)
     errors += extra_errors
     if errors:
         raise SettingsError("bad setting: " + "; ".join(errors) + " (see .env.example)")
@@ -181,6 +201,11 @@ def load(
 
 
 def _coerce(tp: Any, raw: str) -> Any:
+    if tp == Bytes:
+        try:
+            return int(TypeAdapter(ByteSize).validate_strings(raw))
+        except ValidationError:
+            raise ValueError("is not a size (e.g. 4GiB, 500MB, or a number of bytes)") from None
     if get_origin(tp) is Literal:
         if raw not in get_args(tp):
             raise ValueError("must be one of " + ", ".join(map(str, get_args(tp))))
@@ -203,86 +228,3 @@ def _check_ranges(s: Settings) -> None:
         problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
     if problems:
         raise SettingsError("bad setting: " + "; ".join(problems) + " (see .env.example)")
-
-
-# Parameters sandshell sets itself: they are not free-form.
-_RESERVED = {
-    "model_path",
-    "n_ctx",
-    "verbose",
-    "grammar",
-    "stream",
-    "messages",
-    "functions",
-    "tools",
-    "tool_choice",
-    "function_call",
-    "response_format",
-    "max_tokens",
-    "logits_processor",
-    "stopping_criteria",
-}
-
-
-def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
-    """The parameters of `Llama.__init__` and `Llama.create_chat_completion`, annotations resolved."""
-    from llama_cpp import Llama
-
-    def params(fn: Any) -> dict[str, inspect.Parameter]:
-        try:
-            hints = get_type_hints(fn)
-        except Exception:  # an annotation that does not resolve: keep the raw ones
-            hints = {}
-        return {
-            name: p.replace(annotation=hints.get(name, p.annotation))
-            for name, p in inspect.signature(fn).parameters.items()
-        }
-
-    return params(Llama.__init__), params(Llama.create_chat_completion)
-
-
-def _llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    if not extra:
-        return {}, {}, []
-    init, chat = llama_signatures()
-    load_params: dict[str, Any] = {}
-    sampling: dict[str, Any] = {}
-    errors: list[str] = []
-    for env, raw in sorted(extra.items()):
-        name = env[len("LLAMA_") :].lower()
-        target = load_params if name in init else sampling if name in chat else None
-        param = init.get(name) or chat.get(name)
-        if target is None or param is None or name in _RESERVED or name in ("self", "kwargs"):
-            errors.append(f"{env} is not a setting sandshell or llama.cpp knows")
-            continue
-        if raw == "":
-            continue
-        try:
-            target[name] = _coerce_param(param, raw)
-        except ValueError as e:
-            errors.append(f"{env}={raw!r} {e}")
-    return load_params, sampling, errors
-
-
-def _coerce_param(param: inspect.Parameter, raw: str) -> Any:
-    ann = param.annotation
-    if isinstance(ann, str) or ann is inspect.Parameter.empty:
-        # Postponed annotations: fall back to the default's type, else JSON-ish parsing.
-        default = param.default
-        tp: Any = type(default) if default not in (None, inspect.Parameter.empty) else Any
-    else:
-        tp = ann
-    if tp is Any:
-        for conv in (int, float):
-            try:
-                return conv(raw)
-            except ValueError:
-                pass
-        return raw
-    try:
-        return TypeAdapter(tp).validate_strings(raw)
-    except (ValidationError, TypeError):
-        try:
-            return TypeAdapter(tp).validate_python(raw)
-        except (ValidationError, TypeError):
-            raise ValueError(f"is not a valid value for {param.name}") from None

@@ -7,6 +7,7 @@ Prints a Markdown table (paste into docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import tempfile
@@ -90,6 +91,8 @@ def main() -> None:
     ap.add_argument("--gb", type=int, default=1)
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    if os.environ.get("BENCH_NO_DISK_LIMITS"):  # the cost of the disk watchdog: compare with and without
+        settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         agent, cli = round_trips(sb, args.runs)
         a_mbs, c_mbs = throughput(sb, args.mb)

@@ -1,0 +1,93 @@
+"""The free-form model settings: any `llama_cpp.Llama` constructor or chat-completion parameter as
+`LLAMA_<NAME>`, checked and typed against llama-cpp-python's own signatures (imported only when
+such a setting is given)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, get_type_hints
+
+from pydantic import TypeAdapter, ValidationError
+
+# Parameters sandshell sets itself: they are not free-form.
+_RESERVED = {
+    "model_path",
+    "n_ctx",
+    "verbose",
+    "grammar",
+    "stream",
+    "messages",
+    "functions",
+    "tools",
+    "tool_choice",
+    "function_call",
+    "response_format",
+    "max_tokens",
+    "logits_processor",
+    "stopping_criteria",
+}
+
+
+def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
+    """The parameters of `Llama.__init__` and `Llama.create_chat_completion`, annotations resolved."""
+    from llama_cpp import Llama
+
+    def params(fn: Any) -> dict[str, inspect.Parameter]:
+        try:
+            hints = get_type_hints(fn)
+        except Exception:  # an annotation that does not resolve: keep the raw ones
+            hints = {}
+        return {
+            name: p.replace(annotation=hints.get(name, p.annotation))
+            for name, p in inspect.signature(fn).parameters.items()
+        }
+
+    return params(Llama.__init__), params(Llama.create_chat_completion)
+
+
+def llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """`LLAMA_<NAME>` settings as (load parameters, sampling defaults, errors), typed by the signatures."""
+    if not extra:
+        return {}, {}, []
+    init, chat = llama_signatures()
+    load_params: dict[str, Any] = {}
+    sampling: dict[str, Any] = {}
+    errors: list[str] = []
+    for env, raw in sorted(extra.items()):
+        name = env[len("LLAMA_") :].lower()
+        target = load_params if name in init else sampling if name in chat else None
+        param = init.get(name) or chat.get(name)
+        if target is None or param is None or name in _RESERVED or name in ("self", "kwargs"):
+            errors.append(f"{env} is not a setting sandshell or llama.cpp knows")
+            continue
+        if raw == "":
+            continue
+        try:
+            target[name] = _coerce_param(param, raw)
+        except ValueError as e:
+            errors.append(f"{env}={raw!r} {e}")
+    return load_params, sampling, errors
+
+
+def _coerce_param(param: inspect.Parameter, raw: str) -> Any:
+    ann = param.annotation
+    if isinstance(ann, str) or ann is inspect.Parameter.empty:
+        # Postponed annotations: fall back to the default's type, else JSON-ish parsing.
+        default = param.default
+        tp: Any = type(default) if default not in (None, inspect.Parameter.empty) else Any
+    else:
+        tp = ann
+    if tp is Any:
+        for conv in (int, float):
+            try:
+                return conv(raw)
+            except ValueError:
+                pass
+        return raw
+    try:
+        return TypeAdapter(tp).validate_strings(raw)
+    except (ValidationError, TypeError):
+        try:
+            return TypeAdapter(tp).validate_python(raw)
+        except (ValidationError, TypeError):
+            raise ValueError(f"is not a valid value for {param.name}") from None

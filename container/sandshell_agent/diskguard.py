@@ -1,0 +1,195 @@
+"""The disk watchdog: the workspace and the container's own files stay under their size limits.
+
+A thread measures the bytes on disk under /app and under the container's root filesystem (not
+/app, /tmp or other mounts: /tmp is a sized tmpfs, which the kernel bounds itself). It scans
+often while a command runs and seldom when idle, and never spends more than a tenth of its time
+scanning. When an area grows past its limit, `over` holds one sentence for the model and the
+user; the agent's loop stops the command and everything started from the shell. Nothing is
+deleted: once over, only further growth trips the watchdog again, so the model can still look
+and clean up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import procs
+
+BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least)
+IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
+FULL_BUSY_EVERY = 2.0  # seconds between full measures (growth of files that already existed)
+FULL_IDLE_EVERY = 10.0
+SLACK = 1 << 20  # growth tolerated while already over a limit
+SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp", "/run")
+
+
+def human(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+class Tree:
+    """Bytes on disk under `root`, on its own filesystem (links not followed, hard links once).
+
+    A quick measure rescans only the folders whose mtime changed (a file was created, removed or
+    renamed in them) and reuses the rest; a full measure stats every file, so growth of a file
+    that already existed is seen too. Folders in `skip` are left out.
+    """
+
+    def __init__(self, root: str, skip: tuple[str, ...] = ()) -> None:
+        self.root, self.skip = root, skip
+        self.folders: dict[str, tuple[int, int, list[str]]] = {}  # path -> (mtime_ns, bytes, subfolders)
+
+    def measure(self, full: bool = True) -> int:
+        try:
+            dev = os.lstat(self.root).st_dev
+        except OSError:
+            return 0
+        total, stack = 0, [self.root]
+        seen: set[int] = set()
+        known: dict[str, tuple[int, int, list[str]]] = {}
+        while stack:
+            path = stack.pop()
+            try:
+                mtime = os.lstat(path).st_mtime_ns
+            except OSError:
+                continue
+            cached = self.folders.get(path)
+            if not full and cached is not None and cached[0] == mtime:
+                entry = cached
+            else:
+                entry = (mtime, *self._scan(path, dev, seen))
+            known[path] = entry
+            total += entry[1]
+            stack.extend(entry[2])
+        self.folders = known
+        return total
+
+    def _scan(self, path: str, dev: int, seen: set[int]) -> tuple[int, list[str]]:
+        size, subfolders = 0, []
+        try:
+            entries = os.scandir(path)
+        except OSError:
+            return 0, []
+        with entries:
+            for e in entries:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_dev != dev:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    if e.path not in self.skip:
+                        subfolders.append(e.path)
+                elif st.st_nlink > 1 and st.st_ino in seen:
+                    continue
+                else:
+                    if st.st_nlink > 1:
+                        seen.add(st.st_ino)
+                    size += st.st_blocks * 512
+        return size, subfolders
+
+
+def usage(root: str, skip: tuple[str, ...] = ()) -> int:
+    return Tree(root, skip).measure()
+
+
+@dataclass
+class Area:
+    what: str
+    root: str
+    skip: tuple[str, ...]
+    limit: int
+    setting: str
+    baseline: int = 0  # bytes there before the session (the image's own files)
+    threshold: int = 0  # the limit, or where the last trip left it
+    tree: Tree | None = None
+
+
+class DiskGuard:
+    """Scans in a thread; on a trip it stops every process started from the shell at once (from the
+    thread: a fast writer must not wait for the agent's loop) and wakes the loop through a pipe so
+    the running command line ends and the notice reaches the host."""
+
+    def __init__(self, workspace_limit: int, scratch_limit: int, shell_pid: Callable[[], int]) -> None:
+        self.areas: list[Area] = []
+        if workspace_limit:
+            self.areas.append(Area("the workspace /app", "/app", (), workspace_limit, "SANDSHELL_WORKSPACE_LIMIT"))
+        if scratch_limit and not os.statvfs("/").f_flag & os.ST_RDONLY:
+            what = "the container's files outside /app and /tmp"
+            self.areas.append(Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", usage("/", SKIP)))
+        for a in self.areas:
+            a.threshold = a.limit
+            a.tree = Tree(a.root, a.skip)
+        self.shell_pid = shell_pid
+        self.busy = threading.Event()  # set by the agent while a command runs: scan often
+        self.over: str | None = None  # set here, taken by the agent's loop
+        self.wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        for a in self.areas:
+            threading.Thread(target=self._watch, args=(a,), name=f"disk {a.root}", daemon=True).start()
+
+    def take(self) -> str | None:
+        """The loop's side: take the notice, if any (and drain the wake-up pipe)."""
+        if self.over is None:
+            return None
+        try:
+            os.read(self.wake_r, 64)
+        except BlockingIOError:
+            pass
+        notice, self.over = self.over, None
+        return notice
+
+    def check(self, a: Area, full: bool = True) -> float:
+        """Measure one area, acting on a trip; returns how long it took."""
+        assert a.tree is not None
+        start = time.monotonic()
+        used = a.tree.measure(full) - a.baseline
+        if used > a.threshold:
+            shell = self.shell_pid()
+            procs.signal_all([shell], signal.SIGSTOP)  # it starts nothing more; the agent's loop ends it
+            self.over = (
+                f"{a.what} grew to {human(used)}, over its limit of {human(a.limit)}: the command and "
+                f"everything started from the shell were stopped (files already written are kept); "
+                f"delete files to make room, or raise {a.setting}"
+            )
+            try:
+                os.write(self._wake_w, b"!")
+            except BlockingIOError:
+                pass
+            procs.kill_all(set(), shell, {os.getpid(), 1})
+            a.threshold = a.tree.measure() - a.baseline + SLACK
+        elif used < a.limit:
+            a.threshold = a.limit
+        return time.monotonic() - start
+
+    def _watch(self, a: Area) -> None:
+        """One thread an area, on its own clocks: a quick measure (changed folders only) every 50 ms
+        while a command runs, a full one every 2 s (10 s idle); neither more often than ten times
+        what it takes."""
+        quick = full = 0.0
+        last_quick = last_full = float("-inf")
+        while True:
+            busy = self.busy.is_set()
+            now = time.monotonic()
+            try:
+                if now - last_full >= max(FULL_BUSY_EVERY if busy else FULL_IDLE_EVERY, full * 10):
+                    full, last_full = self.check(a, full=True), now
+                    quick, last_quick = full / 4, now
+                elif now - last_quick >= max(BUSY_EVERY if busy else IDLE_EVERY, quick * 10):
+                    quick, last_quick = self.check(a, full=False), now
+            except Exception as e:  # a watchdog must not die: say so and go on
+                print(f"sandshell-agent: disk check failed: {e!r}", file=sys.stderr, flush=True)
+                last_quick = last_full = time.monotonic()
+            time.sleep(BUSY_EVERY)

@@ -1,0 +1,135 @@
+"""Disk limits, attacked from inside: one huge file, `yes >`, many small files, /tmp, the container's own
+files, and a writer left in the background. Each must stop within seconds, name its limit, cost the
+host at most the limit plus a margin, and leave a session whose next command works."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandshell.sandbox.sandbox import Sandbox
+from tests.conftest import _base_settings
+
+LIMIT = 50_000_000  # every limit, small so the tests are quick
+MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
+QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox, Path]]:
+    ws = tmp_path_factory.mktemp("disk") / "workspace"
+    ws.mkdir()
+    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
+    with Sandbox(workspace=ws, settings=s) as sb:
+        yield sb, ws
+
+
+def free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def used(folder: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in folder.rglob("*"))
+
+
+def stopped_quickly(sb: Sandbox, ws: Path, command: str, setting: str, whole_line: bool = True) -> str:
+    """Run a command that writes too much; check it ended fast, said why, and cost the host little."""
+    before = free(ws)
+    start = time.monotonic()
+    r = sb.execute(command, timeout=60)
+    took = time.monotonic() - start
+    assert took < QUICK, f"took {took:.1f}s: {r}"
+    assert r.notice and setting in r.notice and "47.7 MiB" in r.notice, r
+    if whole_line:  # a file-size hit ends only the writing program, as any failing program would
+        assert "after" not in r.output, "the command line ran on after the limit stopped it"
+    assert before - free(ws) <= LIMIT + MARGIN, f"the host lost {(before - free(ws)) / 1e6:.0f} MB: {r.notice}"
+    assert sb.execute("echo next").output == "next\n"  # the session goes on
+    return r.notice
+
+
+def test_one_huge_file_stops_at_the_file_limit(box: tuple[Sandbox, Path]) -> None:
+    sb, ws = box
+    cmd = "dd if=/dev/zero of=/app/big bs=1M count=2000"
+    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_FILE_LIMIT", whole_line=False)
+    assert "file reached the size limit" in notice
+    assert (ws / "big").stat().st_size <= LIMIT  # kept, not deleted: only the write stopped
+    sb.execute("rm -f /app/big")
+
+
+def test_yes_into_a_file_stops_at_the_file_limit(box: tuple[Sandbox, Path]) -> None:
+    sb, ws = box
+    stopped_quickly(sb, ws, "yes > /app/y", "SANDSHELL_FILE_LIMIT", whole_line=False)
+    sb.execute("rm -f /app/y")
+
+
+def test_many_small_files_stop_at_the_workspace_limit(box: tuple[Sandbox, Path]) -> None:
+    sb, ws = box
+    (ws / "precious").write_text("kept")
+    cmd = "mkdir -p /app/many; for i in $(seq 1 1000); do head -c 1000000 /dev/zero > /app/many/f$i; done; echo after"
+    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_WORKSPACE_LIMIT")
+    assert "workspace /app grew to" in notice
+    assert used(ws) <= LIMIT + MARGIN
+    assert (ws / "precious").read_text() == "kept"  # nothing that was there is lost
+    # Over the limit, the model can still look and clean up; then writing works again.
+    assert sb.execute("ls /app/many | wc -l").return_code == 0
+    sb.execute("rm -rf /app/many")
+    r = sb.execute("head -c 1000000 /dev/zero > /app/small && echo ok")
+    assert r.output == "ok\n" and not r.notice, r
+    sb.execute("rm -f /app/small")
+
+
+def test_tmp_is_a_sized_tmpfs(box: tuple[Sandbox, Path]) -> None:
+    sb, _ = box
+    fill = "for i in $(seq 1 100); do head -c 1000000 /dev/zero > /tmp/f$i || break; done"
+    r = sb.execute(f"{fill} 2>&1 | tail -1; df -B1 --output=size /tmp | tail -1")
+    assert "No space left on device" in r.output, r
+    assert int(r.output.split()[-1]) <= LIMIT + 64 * 1024  # the kernel rounds a tmpfs up to whole pages
+    sb.execute("rm -f /tmp/f*")
+
+
+def test_the_containers_own_files_are_bounded(box: tuple[Sandbox, Path]) -> None:
+    sb, ws = box
+    cmd = "mkdir -p /root/many; for i in $(seq 1 1000); do head -c 1000000 /dev/zero > /root/many/f$i; done; echo after"
+    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_SCRATCH_LIMIT")
+    assert "outside /app and /tmp" in notice
+    sb.execute("rm -rf /root/many")
+
+
+def test_a_writer_left_in_the_background_is_stopped(box: tuple[Sandbox, Path]) -> None:
+    sb, ws = box
+    r = sb.execute(
+        "(for i in $(seq 1 1000); do head -c 1000000 /dev/zero > /app/bg$i; sleep 0.02; done) >/dev/null 2>&1 &"
+    )
+    assert r.return_code == 0
+    time.sleep(6)  # the model is thinking; the writer goes on alone
+    assert used(ws) <= LIMIT + MARGIN
+    after = sb.execute("true")  # the next command hears of it (bash may also report the killed job)
+    assert after.notice and "SANDSHELL_WORKSPACE_LIMIT" in after.notice, after
+
+    def count() -> int:
+        return int(sb.execute("ls /app | grep -c '^bg'").output.split()[-1])
+
+    before = count()
+    time.sleep(1)
+    assert count() == before  # it was stopped, not paused
+    sb.execute("rm -f /app/bg*")
+
+
+@pytest.mark.parametrize(("profile", "mode"), [("standard", "copy"), ("locked", "rw")])
+def test_the_workspace_limit_holds_in_other_modes_and_profiles(tmp_path: Path, profile: str, mode: str) -> None:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    if profile == "locked" and os.geteuid() == 0:
+        os.chown(ws, 1000, 1000)  # locked runs as the workspace's owner
+    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, profile=profile, workspace_mode=mode)
+    with Sandbox(workspace=ws, settings=s) as sb:
+        cmd = "mkdir -p /app/m; for i in $(seq 1 300); do head -c 1000000 /dev/zero > /app/m/f$i; done; echo after"
+        r = sb.execute(cmd, timeout=60)
+        assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r
+        n = int(sb.execute("ls /app/m | wc -l").output)
+        assert n * 1_000_000 <= LIMIT + MARGIN
