@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "prepare":
             return prepare()
         if args.cmd == "replay":
-            from sandshell.tui.run import replay_app, require_terminal
+            from sandshell.tui.run import replay_app, require_terminal, run_app
 
             require_terminal()
-            replay_app(Path(args.folder), args.speed).run()
+            run_app(replay_app(Path(args.folder), args.speed))
             return 0
         if args.cmd == "reset":
             from sandshell.workspace import reset
@@ -109,13 +110,15 @@ def main(argv: list[str] | None = None) -> int:
             from sandshell.runner import print_result, run_task
 
             goal = args.goal or settings.default_goal
+            for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
+                signal.signal(sig, signal.default_int_handler)
             result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True)
             return print_result(result)
-        from sandshell.tui.run import live_app, require_terminal
+        from sandshell.tui.run import live_app, require_terminal, run_app
 
         require_terminal()
         app = live_app(settings, goal=args.goal)
-        app.run()
+        run_app(app)
         if app.ended is not None:
             _say(f"session {app.ended.status}" + (f": {app.ended.result}" if app.ended.result else ""))
         return 0

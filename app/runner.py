@@ -108,12 +108,14 @@ def run_task(
         outcome = Outcome("error", error=str(e))
     except KeyboardInterrupt:
         outcome = Outcome("quit", error="interrupted")
+    except Exception as e:  # a bug, not a user error: still a result, never a traceback
+        outcome = Outcome("error", error=f"sandshell failed unexpectedly ({type(e).__name__}: {e})")
     return {"status": outcome.status, "result": outcome.result, "error": outcome.error, "log": log.lines}
 
 
 def print_result(result: dict[str, Any]) -> int:
     """Print the JSON result on stdout; exit status 0 only when the model finished."""
-    print(json.dumps(result, ensure_ascii=False, indent=2))
+    print(json.dumps(result, indent=2))  # ASCII: every control and odd character escaped, valid JSON
     return 0 if result["status"] == "done" else 1
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
@@ -40,6 +43,24 @@ def replay_app(folder: Path, speed: float = 1.0, max_lines: int = 5000) -> Sands
         play(folder, buffer, control, speed)
 
     return SandshellApp(runner, Control(), max_lines=max_lines, title=f"replay of {folder.name}")
+
+
+def run_app(app: SandshellApp) -> None:
+    """Run the UI until it ends. SIGTERM and SIGHUP (a closed terminal) end it as `q` does: the
+    session stops, its container is removed and its recording gets its end event."""
+
+    def quit_(_signum: int, _frame: FrameType | None) -> None:
+        try:
+            asyncio.get_running_loop().call_soon_threadsafe(app.call_later, app.action_quit_session)
+        except RuntimeError:  # not in the UI's loop yet, or any more
+            raise KeyboardInterrupt from None
+
+    before = {sig: signal.signal(sig, quit_) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        app.run()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def require_terminal() -> None:
