@@ -22,7 +22,7 @@ rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb \
        "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
 echo "sandshell: importing $tag..."
 tar -C "$rootfs" -c . | docker import \
-  --change "LABEL sandshell.session=$label" \
+  --change "LABEL sandshell.image=$label" \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["/bin/bash"]' - "$tag" >/dev/null
 echo "sandshell: base image $tag ready."

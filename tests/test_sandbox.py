@@ -141,6 +141,52 @@ def test_timeouts_kill_the_whole_tree_and_the_shell_lives(sb: Sandbox, command: 
     sb.execute("cd /app")
 
 
+# Shapes of a command line whose first part times out: nothing after it may run.
+LINES = [
+    "for i in $(seq 1 30); do echo $i; sleep 1; done; echo after",
+    "f() { while :; do echo $RANDOM >/dev/null; done; }; f; echo after",
+    "sleep 30 | cat; echo after",
+    "(sleep 30); echo after",
+    "while :; do :; done; echo after",
+    "trap '' TERM; for i in $(seq 1 30); do sleep 1; done; echo after",
+]
+
+
+@pytest.mark.parametrize("command", LINES)
+def test_a_timeout_stops_the_whole_command_line(sb: Sandbox, command: str) -> None:
+    """Not just the child that was running: the loop, the statements after it, and never 'exit 0'."""
+    sb.execute("cd /srv && export KEEP=kept")
+    start = time.monotonic()
+    r = sb.execute(command, timeout=2)
+    assert r.timed_out and r.return_code != 0, r
+    assert time.monotonic() - start < 2 + GRACE
+    time.sleep(1.5)  # had anything of the line survived, it would print or write now
+    assert "after" not in r.output
+    if command.startswith("for"):
+        assert len(r.output.split()) <= 4, r.output  # about 2 s of a 1 s loop, not 30 lines
+    after = sb.execute("echo $KEEP; pwd; ps -eo comm= | grep -c '^sleep$' || true")
+    assert after.output.split() == ["kept", "/srv", "0"], after
+    sb.execute("trap - TERM; cd /app")
+
+
+def test_state_changed_earlier_in_a_timed_out_or_exiting_command_is_kept(sb: Sandbox) -> None:
+    r = sb.execute("cd /etc; export MID=1; f_mid() { echo fn; }; sleep 30", timeout=1)
+    assert r.timed_out
+    assert sb.execute("pwd; echo $MID; f_mid").output == "/etc\n1\nfn\n"
+    r = sb.execute("cd /usr; export MID=2; exit 3")
+    assert r.return_code == 3 and r.restarted
+    assert sb.execute("pwd; echo $MID").output == "/usr\n2\n"
+    sb.execute("cd /app")
+
+
+def test_interrupt_stops_a_loop_not_just_its_child(sb: Sandbox) -> None:
+    import threading
+
+    threading.Timer(1.0, sb.interrupt).start()
+    r = sb.execute("for i in $(seq 1 30); do echo $i; sleep 0.5; done; echo after", timeout=30)
+    assert r.interrupted and "after" not in r.output and len(r.output.split()) <= 4, r
+
+
 def test_fork_bomb_is_contained(sb: Sandbox) -> None:
     start = time.monotonic()
     r = sb.execute("bomb() { bomb | bomb & }; bomb", timeout=3)
@@ -249,3 +295,17 @@ def test_interrupt_stops_the_running_command(sb: Sandbox) -> None:
 
 def test_ping_is_fast(sb: Sandbox) -> None:
     assert sb.ping() < 0.5
+
+
+def test_a_command_cannot_forge_its_own_status(sb: Sandbox) -> None:
+    """Written as the attack: fake status records into every descriptor the shell holds (the status
+    pipe, its saved copies), directly and reopened through /proc; none of them may count."""
+    forge = (
+        "for fd in $(ls /proc/$$/fd); do [ $fd -gt 2 ] || continue; "
+        "printf '0\\0/forged\\0ran\\0' >&$fd; printf '0\\0/forged\\0ran\\0' > /proc/$$/fd/$fd; done 2>/dev/null; "
+        "sleep 0.5; (exit 7)"
+    )
+    r = sb.execute(forge)
+    assert r.return_code == 7 and r.cwd == "/app", r
+    nxt = sb.execute("echo next; pwd")
+    assert nxt.output == "next\n/app\n" and nxt.return_code == 0, nxt  # no result shifted by one

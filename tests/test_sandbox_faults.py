@@ -115,8 +115,11 @@ def test_malformed_and_oversized_frames_get_errors_and_agent_stays_up(raw_agent:
     assert conn.recv(time.monotonic() + 5)["code"] == "malformed"
     conn.send_raw(b'["a list"]\n')
     assert conn.recv(time.monotonic() + 5)["code"] == "malformed"
-    conn.send_raw(b'{"type":"run","id":"big","command":"' + b"x" * (5 * 1024 * 1024) + b'"}\n')
+    conn.send_raw(b'{"type":"run","id":"big","command":"' + b"x" * (9 * 1024 * 1024) + b'"}\n')
     assert conn.recv(time.monotonic() + 10)["code"] == "too_large"
+    conn.send_raw(b'{"type":"run","id":"long","command":"' + b"x" * (300 * 1024) + b'"}\n')
+    reply = conn.recv(time.monotonic() + 10)  # a frame that fits, a command over the limit
+    assert reply["code"] == "bad_request" and "at most 262,144" in reply["message"]
     conn.send_raw(b'{"type":"teleport","id":"t"}\n')
     assert conn.recv(time.monotonic() + 5)["code"] == "unknown_type"
     conn.send_raw(b'{"type":"run","id":7}\n')

@@ -97,6 +97,7 @@ class ContainerSpec:
     def environment(self) -> dict[str, str]:
         s = self.settings
         uid, gid = self.owner()
+        limits = (s.file_limit, s.workspace_limit, s.scratch_limit)  # no one file may be larger than any of them
         env = {
             "SANDSHELL_TOKEN": self.token,
             "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
@@ -107,6 +108,9 @@ class ContainerSpec:
             "SANDSHELL_PIDS_LIMIT": str(s.pids_limit),
             "SANDSHELL_HOST_UID": str(uid),
             "SANDSHELL_HOST_GID": str(gid),
+            "SANDSHELL_WORKSPACE_LIMIT": str(0 if s.workspace_mode == "ro" else s.workspace_limit),
+            "SANDSHELL_SCRATCH_LIMIT": str(s.scratch_limit),
+            "SANDSHELL_FILE_LIMIT": str(min((n for n in limits if n), default=0)),
         }
         if s.workspace_mode == "ro":
             env["SANDSHELL_SPILL_DIR"] = "/tmp/sandshell-output"
@@ -148,12 +152,16 @@ class ContainerSpec:
         }
         if user is not None:
             kwargs["user"] = f"{user[0]}:{user[1]}"
+        # /tmp is a sized tmpfs in both profiles: this engine's storage driver (fuse-overlayfs) has no
+        # size option for a container's own layer; that layer is watched by the agent instead.
+        tmpfs = {"/tmp": "rw,exec,nosuid,nodev,mode=1777" + _size(s.scratch_limit)}
+        kwargs["tmpfs"] = tmpfs
         if locked:
             kwargs["network_mode"] = "none"
             kwargs["read_only"] = True
-            kwargs["tmpfs"] = {"/tmp": "rw,nosuid,nodev,size=256m", "/run/sandshell-agent": "rw,nosuid,nodev,size=64m"}
+            tmpfs["/run/sandshell-agent"] = "rw,nosuid,nodev,size=64m"
             if s.workspace_mode == "copy":
-                kwargs["tmpfs"]["/app"] = "rw,nosuid,nodev,size=1g,mode=1777"
+                tmpfs["/app"] = "rw,exec,nosuid,nodev,mode=1777" + _size(s.workspace_limit)
         elif self.transport == "tcp":
             kwargs["ports"] = {f"{AGENT_PORT}/tcp": ("127.0.0.1", None)}
         return kwargs
@@ -186,6 +194,30 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         _remove(container)
         spec.cleanup()
         raise
+
+
+def running(container: Any) -> bool:
+    """Whether the container runs (an engine that does not answer is taken to mean yes)."""
+    try:
+        container.reload()
+        return bool(container.status == "running")
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError:
+        return True
+
+
+def last_log_line(container: Any) -> str:
+    """The last thing a dead container said: usually why it died."""
+    try:
+        lines = container.logs(tail=3).decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else f"status {container.status}"
+    except docker.errors.APIError:
+        return "it is gone"
+
+
+def _size(limit: int) -> str:
+    return f",size={int(limit)}" if limit else ""
 
 
 def _remove(container: Any) -> None:

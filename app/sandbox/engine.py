@@ -45,8 +45,8 @@ def reap(c: docker.DockerClient) -> list[str]:
     """Remove sandshell containers whose host process is gone (or that have stopped); returns their names."""
     removed = []
     here = socket.gethostname()
-    for container in c.containers.list(all=True, filters={"label": LABEL}):
-        labels = container.labels
+    for container in c.containers.list(all=True, filters={"label": [LABEL, PID_LABEL, HOST_LABEL]}):
+        labels = container.labels  # all three: only a session's container carries them
         pid = labels.get(PID_LABEL, "")
         owner_gone = labels.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid))
         orphan = owner_gone or container.status in ("exited", "dead")

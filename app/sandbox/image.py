@@ -18,7 +18,9 @@ from sandshell.errors import ImageError
 from sandshell.resources import container_dir
 
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
-LABEL = "sandshell.session"
+# Images carry their own key: a container inherits its image's labels, and one made from the
+# image by hand must not look like a session to the reaper, which keys on sandshell.session.
+LABEL = "sandshell.image"
 
 Log = Callable[[str], None]
 

@@ -15,11 +15,32 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sandshell_agent import PROTOCOL_VERSION
-from sandshell_agent.frames import FrameError, FrameReader, encode
+from sandshell_agent.frames import COMMAND_LIMIT, CONTENT_LIMIT, PATH_LIMIT, FrameError, FrameReader, encode
 
 __all__ = ["PROTOCOL_VERSION", "FileContent", "FrameError", "FrameReader", "ModelState", "Output", "Result", "encode"]
 
 Stream = Literal["stdout", "stderr"]
+LIMITS = {"command": COMMAND_LIMIT, "path": PATH_LIMIT, "content": CONTENT_LIMIT}
+
+
+def refusal(what: Literal["command", "path", "content"], text: str) -> str | None:
+    """Why `text` cannot go to the sandbox as a command, path or file content, in one sentence
+    (nothing is sent then), or None. The same limits hold in the agent."""
+    if "\0" in text:
+        return f"the {what} contains a NUL byte, which cannot pass to bash or a file name; nothing ran"
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"the {what} is not valid text (a lone surrogate); nothing ran"
+    if size > LIMITS[what]:
+        return f"the {what} is {size:,} bytes, more than the {LIMITS[what]:,} a {what} may have; nothing ran"
+    if what == "path":
+        if not text.strip():
+            return "the path is empty"
+        bad = next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160), None)
+        if bad is not None:
+            return f"the path contains the control character {bad!r}; nothing ran"
+    return None
 
 
 @dataclass(frozen=True)
@@ -154,37 +175,42 @@ class ModelState:
 
 
 class OutputCollector:
-    """Keeps a bounded head of a command's output plus the stderr tail, for `execute` and the model."""
+    """Keeps a bounded head and tail of a command's output plus the stderr tail, for `execute`."""
 
-    def __init__(self, head_chars: int = 256 * 1024, stderr_tail_chars: int = 4096) -> None:
+    def __init__(self, head_chars: int = 256 * 1024, tail_chars: int = 32 * 1024, stderr_chars: int = 4096) -> None:
         self.head_chars = head_chars
-        self.stderr_tail_chars = stderr_tail_chars
+        self.tail_chars = tail_chars
+        self.stderr_tail_chars = stderr_chars
         self.head: list[str] = []
         self.kept = 0
-        self.dropped = 0
+        self.tail = ""  # the latest output past the head
+        self.past_head = 0  # characters past the head, in the tail or not
         self.stderr_tail = ""
 
     def add(self, chunk: Output) -> None:
+        data = chunk.data
         room = self.head_chars - self.kept
         if room > 0:
-            piece = chunk.data[:room]
-            self.head.append(piece)
-            self.kept += len(piece)
-            self.dropped += len(chunk.data) - len(piece)
-        else:
-            self.dropped += len(chunk.data)
+            self.head.append(data[:room])
+            self.kept += len(data[:room])
+            data = data[room:]
+        if data:
+            self.past_head += len(data)
+            self.tail = (self.tail + data)[-self.tail_chars :]
         if chunk.stream == "stderr":
             self.stderr_tail = (self.stderr_tail + chunk.data)[-self.stderr_tail_chars :]
 
     def finish(self, result: Result) -> Result:
-        """`result` with the collected output (head, and the agent's tail when it was cut)."""
+        """`result` with the collected output: its head and its real end (the agent's tail when
+        the agent stopped streaming, since only the agent saw that end)."""
         tail = result.tail if result.truncated else None
         return dataclasses.replace(result, output=self.text(tail), stderr_tail=self.stderr_tail)
 
     def text(self, agent_tail: str | None) -> str:
         body = "".join(self.head)
-        if self.dropped or agent_tail:
-            tail = agent_tail or ""
-            note = "\n[... output cut here; the end follows ...]\n" if tail else "\n[... output cut ...]\n"
-            body = body + note + tail
-        return body
+        if agent_tail:
+            return body + "\n[... output cut here; the end follows ...]\n" + agent_tail
+        cut = self.past_head - len(self.tail)
+        if cut > 0:
+            return body + f"\n[... {cut:,} characters cut here; the end follows ...]\n" + self.tail
+        return body + self.tail

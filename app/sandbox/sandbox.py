@@ -25,10 +25,10 @@ from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
 from sandshell.sandbox import engine
 from sandshell.sandbox.connection import Connection, ConnectionLost
-from sandshell.sandbox.container import ContainerSpec, create_container
+from sandshell.sandbox.container import ContainerSpec, create_container, last_log_line, running
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.image import ensure_image
-from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result
+from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, refusal
 
 Event = Output | Result
 
@@ -94,28 +94,12 @@ class Sandbox:
                 return
             except (ConnectionLost, TimeoutError) as e:
                 last = str(e)
-            if not self._container_running():
-                raise SandboxDied(f"the sandbox container stopped: {self._last_log_line()}")
+            if not running(self.container):
+                raise SandboxDied(f"the sandbox container stopped: {last_log_line(self.container)}")
             if self._spec.transport == "tcp":
                 self.conn.address = self._spec.address(self.container)
             time.sleep(0.05)
         raise SandboxError(f"the agent in the sandbox did not answer within {wait:.0f}s ({last})")
-
-    def _container_running(self) -> bool:
-        try:
-            self.container.reload()
-            return bool(self.container.status == "running")
-        except docker.errors.NotFound:
-            return False
-        except docker.errors.APIError:
-            return True
-
-    def _last_log_line(self) -> str:
-        try:
-            lines = self.container.logs(tail=3).decode(errors="replace").strip().splitlines()
-            return lines[-1] if lines else f"status {self.container.status}"
-        except docker.errors.APIError:
-            return "it is gone"
 
     def restart(self) -> None:
         """Replace a dead container with a fresh one (the workspace is kept)."""
@@ -141,6 +125,9 @@ class Sandbox:
     # -- commands ----------------------------------------------------------------------------
     def stream(self, command: str, timeout: float | None = None) -> Iterator[Event]:
         """Run `command` in the persistent shell; yield Output chunks as they come, then one Result."""
+        if (why := refusal("command", command)) is not None:
+            yield Result(command, None, error=why)
+            return
         with self._lock:
             if self.container is None or self.conn is None:
                 self.log("the sandbox was lost; starting a fresh one")
@@ -207,7 +194,7 @@ class Sandbox:
 
     def _reconnect(self, resume: dict[str, Any]) -> bool:
         """After a dropped socket: reconnect and resume if the container still runs."""
-        if self.container is None or self.conn is None or not self._container_running():
+        if self.container is None or self.conn is None or not running(self.container):
             return False
         try:
             self._connect(resume=resume, wait=5.0)
@@ -274,13 +261,20 @@ class Sandbox:
 
     def read_file(self, path: str, limit: int | None = None) -> FileContent:
         """Read a file in the container (bounded); missing or binary files come back with `.error`."""
+        if (why := refusal("path", path)) is not None:
+            return FileContent(path, None, error=why)
         frame: dict[str, Any] = {"type": "read", "path": path}
         if limit:
             frame["limit"] = limit
-        return FileContent.from_frame(self._request(frame))
+        try:
+            return FileContent.from_frame(self._request(frame))
+        except ProtocolError as e:  # the agent refused it: the model hears why, the session goes on
+            return FileContent(path, None, error=str(e))
 
     def write_file(self, path: str, content: str, append: bool = False) -> int:
         """Write (or append to) a file in the container; returns its size."""
+        if (why := refusal("path", path) or refusal("content", content)) is not None:
+            raise SandboxError(f"cannot write {path[:200]!r}: {why}")
         reply = self._request({"type": "write", "path": path, "content": content, "append": append})
         if reply.get("error"):
             raise SandboxError(f"cannot write {path}: {reply['error']}")

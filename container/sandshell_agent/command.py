@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import codecs
-import os
 import time
 from typing import Any
+
+from . import files
 
 CHUNK_CHARS = 16 * 1024
 FLUSH_SECONDS = 0.05
@@ -38,6 +39,7 @@ class Command:
         self.tail = bytearray()
         self.spill_path: str | None = None
         self._spill: Any = None
+        self.spill_error = ""
         self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
         self.pending: list[tuple[str, list[str]]] = []  # (stream, texts) in arrival order
         self.pending_chars = 0
@@ -81,14 +83,29 @@ class Command:
         self.pending_chars += len(text)
 
     def _to_spill(self, data: bytes) -> None:
-        if self._spill is None:
-            os.makedirs(self.limits.spill_dir, exist_ok=True)
-            self.spill_path = os.path.join(self.limits.spill_dir, f"{_safe(self.id)}.log")
-            self._spill = open(self.spill_path, "wb")  # noqa: SIM115 - kept open while output flows
-            self._spill.write(self.head)
-        if self.limits.spill and self._spill.tell() >= self.limits.stream + self.limits.spill:
+        """Keep what is beyond the stream cap in a new file. The folder is the model's, so nothing
+        there is trusted (see files.create_new); a failure is said in the result, never fatal."""
+        if self.spill_error:
             return
-        self._spill.write(data)
+        try:
+            if self._spill is None:
+                fd, self.spill_path = files.create_new(self.limits.spill_dir, _safe(self.id), ".log")
+                self._spill = open(fd, "wb")  # noqa: SIM115 - kept open while output flows
+                self._spill.write(self.head)
+            if self.limits.spill and self._spill.tell() >= self.limits.stream + self.limits.spill:
+                return
+            self._spill.write(data)
+        except OSError as e:
+            self.spill_error = f"the output beyond {self.limits.stream:,} bytes could not be kept ({e.strerror or e})"
+            self._close_spill()
+
+    def _close_spill(self) -> None:
+        if self._spill is not None:
+            try:
+                self._spill.close()
+            except OSError as e:
+                self.spill_error = self.spill_error or f"the spill file could not be written ({e.strerror or e})"
+            self._spill = None
 
     def flush_due(self, now: float) -> bool:
         if self.pending_since is None:
@@ -123,8 +140,7 @@ class Command:
 
     # -- the end -----------------------------------------------------------------------------
     def result(self, exit_code: int | None, cwd: str, user: str, host: str, **extra: Any) -> dict[str, Any]:
-        if self._spill is not None:
-            self._spill.close()
+        self._close_spill()
         truncated = bool(self.limits.stream) and self.total > self.limits.stream
         frame: dict[str, Any] = {
             "type": "exit",
@@ -147,6 +163,8 @@ class Command:
             "error": None,
         }
         frame.update(extra)
+        if self.spill_error:
+            frame["notice"] = "; ".join(n for n in (frame.get("notice"), self.spill_error) if n)
         if exit_code is not None and exit_code > 128 and frame["signal"] is None:
             frame["signal"] = _signal_name(exit_code - 128)
         return frame

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import stat
 from typing import Any
+
+from .frames import utf8
 
 STATE_FILES = {"goal": "/app/goal", "system": "/app/system.md", "config": "/app/config.json"}
 
@@ -27,8 +31,12 @@ def read_text(path: str, limit: int) -> dict[str, Any]:
         out["error"] = "not a regular file"
         return out
     out["size"] = st.st_size
-    try:
-        with open(path, "rb") as f:
+    try:  # swapped for a FIFO since the stat: O_NONBLOCK opens it at once, fstat refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                out["error"] = "not a regular file"
+                return out
             data = f.read(limit + 1)
     except OSError as e:
         out["error"] = f"cannot read: {e.strerror}"
@@ -49,8 +57,15 @@ def write_text(path: str, content: str, append: bool, owner: tuple[int, int] | N
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        data = content.encode("utf-8", errors="surrogateescape")
-        with open(path, "ab" if append else "wb") as f:
+        data = utf8(content)
+        # Never blocks on a FIFO (O_NONBLOCK: ENXIO with no reader) and never writes into one.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_APPEND if append else 0)
+        fd = os.open(path, flags, 0o644)
+        with open(fd, "ab" if append else "wb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {"path": path, "size": 0, "error": "not a regular file"}
+            if not append:
+                os.ftruncate(fd, 0)
             f.write(data)
         if owner is not None:
             os.lchown(path, *owner)
@@ -86,3 +101,42 @@ def fix_ownership(root: str, uid: int, gid: int, limit: int = 20000) -> int:
             except OSError:
                 continue
     return fixed
+
+
+def open_dir(path: str, create: bool = True) -> int:
+    """Open the folder `path` (absolute) without following a link at any step, creating missing
+    steps; a step that is a link, a file or a FIFO gives OSError rather than a detour or a hang."""
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [p for p in path.split("/") if p and p != "."]:
+            if part == "..":
+                raise OSError(errno.EINVAL, "'..' in a private path")
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_new(folder: str, stem: str, suffix: str) -> tuple[int, str]:
+    """Create a file that did not exist in `folder` (no links followed, never a FIFO or device):
+    `stem + suffix`, or with a random part when that name is taken. Returns (fd, path)."""
+    dfd = open_dir(folder)
+    try:
+        for attempt in range(4):
+            name = f"{stem}{suffix}" if attempt == 0 else f"{stem}-{secrets.token_hex(4)}{suffix}"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                return os.open(name, flags, 0o644, dir_fd=dfd), os.path.join(folder, name)
+            except FileExistsError:
+                continue
+        raise OSError(errno.EEXIST, "every name tried is taken")
+    finally:
+        os.close(dfd)

@@ -9,6 +9,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+COMMAND_LIMIT = 256 * 1024  # bytes of one command (bash reads it from a pipe, a byte at a time)
+PATH_LIMIT = 4096  # bytes of a path in a read or write (Linux's PATH_MAX)
+CONTENT_LIMIT = 1024 * 1024  # bytes of one write's content; a frame holds it even fully escaped
+
+
+def utf8(text: str) -> bytes:
+    """Text as UTF-8, whatever it holds: escaped bytes come back, a lone surrogate becomes U+FFFD."""
+    try:
+        return text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace")
+
 
 class FrameError(Exception):
     """A frame that cannot be accepted; `code` goes back to the peer."""
@@ -24,8 +36,9 @@ def encode(frame: dict[str, Any]) -> bytes:
         payload = data.encode("utf-8", errors="replace")
         header = {k: v for k, v in frame.items() if k != "data"}
         header["bytes"] = len(payload)
-        return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" + payload
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        return utf8(json.dumps(header, ensure_ascii=False, separators=(",", ":"))) + b"\n" + payload
+    # ensure_ascii: a lone surrogate (from a broken model reply) travels as \\udXXX, not as a crash
+    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
 
 
 class FrameReader:

@@ -75,3 +75,15 @@ def kill_all(before: set[int], shell_pid: int, keep: set[int]) -> int:
         killed += len(found)
         time.sleep(0.01)
     return killed
+
+
+def ignores(pid: int, sig: int) -> bool:
+    """Whether `pid` ignores `sig` (its SigIgn mask in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigIgn:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False

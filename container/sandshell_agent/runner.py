@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import files, procs
+from . import diskguard, files, procs
 from .command import Command, Limits
 from .shell import Shell
 
 READ_BYTES = 64 * 1024
+FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
 
 Send = Callable[[dict[str, Any]], None]
 
@@ -43,7 +44,8 @@ class Runner:
         self.cmd: Command | None = None
         self.closed_fds: set[int] = set()
         self.replaced = False
-        self.notice: str | None = None
+        self.notice: str | None = None  # news about the running command (a watchdog's)
+        self.background: list[str] = []  # news from between commands, told with the next result
         self.start_shell(restore=False)
 
     # -- the shell's pipes -------------------------------------------------------------------
@@ -74,15 +76,12 @@ class Runner:
         return fd in (self.shell.stdout_r, self.shell.stderr_r)
 
     # -- a command ---------------------------------------------------------------------------
-    def run(self, cid: str, command: str, timeout: float, state_dir: str) -> None:
+    def run(self, cid: str, command: bytes, timeout: float) -> None:
         if not self.shell.alive():
             self.stop_shell()
             self.start_shell(restore=True)
-        path = os.path.join(state_dir, "cmd")
-        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(command)
         self.cmd = Command(cid, timeout, procs.snapshot(), self.limits)
-        self.shell.run(path)
+        self.shell.run(command)
 
     def interrupt(self, cid: Any) -> None:
         if self.cmd is not None and (cid is None or cid == self.cmd.id):
@@ -135,7 +134,9 @@ class Runner:
             self._drain_output()
         self.stop_shell()
         self.start_shell(restore=True)
-        if self.cmd is not None:
+        if self.cmd is not None and self.cmd.phase is not None:
+            self._finish(code, restarted=True)  # stopped on purpose: the result says why
+        elif self.cmd is not None:
             self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd")
 
     def _drain_output(self) -> None:
@@ -156,9 +157,15 @@ class Runner:
             return
         cmd.phase = "term"
         cmd.phase_deadline = time.monotonic() + self.kill_grace
+        self.shell.terminate()  # first, so the shell runs nothing more of this command line
+        if procs.ignores(self.shell.pid, signal.SIGTERM):  # `trap '' TERM`: freeze it until the hard kill
+            procs.signal_all([self.shell.pid], signal.SIGSTOP)
+            cmd.phase_deadline = time.monotonic() + 0.2
+        else:  # a shell frozen by the disk watchdog wakes to its TERM trap
+            procs.signal_all([self.shell.pid], signal.SIGCONT)
         found = procs.spawned_since(cmd.before, self.shell.pid, {os.getpid(), 1})
         procs.signal_all(found, signal.SIGTERM)
-        if not found:  # a loop inside the shell itself: only a restart ends it
+        if not found:  # only the shell itself was busy: give its TERM trap a moment
             cmd.phase, cmd.phase_deadline = "kill", time.monotonic() + 0.3
 
     def tick(self, now: float) -> None:
@@ -179,14 +186,13 @@ class Runner:
             procs.kill_all(cmd.before, self.shell.pid, {os.getpid(), 1})
             cmd.phase, cmd.phase_deadline = "kill", now + 0.5
         elif cmd.phase == "kill" and now >= cmd.phase_deadline:
-            # Nothing left to kill and still no status: the shell itself is stuck.
+            # Its children are gone and the shell still has not ended the command line: kill it too.
             self._drain_output()
             self.stop_shell()
             procs.kill_all(cmd.before, -1, {os.getpid(), 1})
             self.start_shell(restore=True)
-            self._finish(
-                None, restarted=True, signal="SIGKILL", error="the shell was stuck and was restarted in the same cwd"
-            )
+            self._finish(None, restarted=True, signal="SIGKILL", error="the shell did not stop and was killed; "
+                         "a new one started with the cwd and exports from before this command")  # fmt: skip
 
     def wait_seconds(self, now: float) -> float | None:
         """How long the loop may sleep before this command needs attention (None: no command)."""
@@ -198,6 +204,15 @@ class Runner:
             waits.append(c.pending_since + 0.05 - now)
         return min(waits)
 
+    def _file_limit_notice(self, code: int | None, tail: bytearray) -> str | None:
+        limit = self.shell.file_limit
+        if not limit or not (code == 128 + signal.SIGXFSZ or any(m in tail for m in FILE_TOO_LARGE)):
+            return None
+        return (
+            f"a file reached the size limit of {diskguard.human(limit)} (SANDSHELL_FILE_LIMIT, which the "
+            "workspace and scratch limits also cap): the write stopped there; raise it if the task needs bigger files"
+        )
+
     def _finish(self, code: int | None, **extra: Any) -> None:
         cmd = self.cmd
         assert cmd is not None
@@ -206,6 +221,9 @@ class Runner:
         if self.owner is not None and os.geteuid() == 0 and self.owner != (0, 0):
             files.fix_ownership(self.workdir, *self.owner)  # root's files are root's already
         self.cmd = None
-        if self.notice:
-            extra["notice"], self.notice = self.notice, None
+        notices = [n for n in (self.notice, self._file_limit_notice(code, cmd.tail)) if n]
+        notices += [f"before this command, in the background: {n}" for n in self.background]
+        self.notice, self.background = None, []
+        if notices:
+            extra["notice"] = "; ".join(notices)
         self.send(cmd.result(code, self.shell.cwd, self.user, self.host, **extra))

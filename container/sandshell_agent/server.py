@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import os
 import pwd
 import selectors
+import signal
 import socket
 import time
 from typing import Any
 
-from . import AGENT_NAME, files
+from . import AGENT_NAME, files, procs
 from .channel import Channel, error
 from .command import Limits
-from .frames import FrameError
+from .diskguard import DiskGuard
+from .frames import COMMAND_LIMIT, PATH_LIMIT, FrameError, utf8
 from .runner import Runner
 from .shell import Shell
 from .watchdog import PidWatchdog
 
+BAD_PATH = f"a 'path' is a string of at most {PATH_LIMIT} bytes with no NUL"
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
 
 
@@ -25,7 +29,7 @@ class Config:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.token = env.get("SANDSHELL_TOKEN", "")
-        self.max_frame = int(env.get("SANDSHELL_MAX_FRAME", str(4 * 1024 * 1024)))
+        self.max_frame = int(env.get("SANDSHELL_MAX_FRAME", str(8 * 1024 * 1024)))
         self.max_timeout = float(env.get("SANDSHELL_MAX_TIMEOUT", "600"))
         self.kill_grace = float(env.get("SANDSHELL_KILL_GRACE", "1.0"))
         self.read_limit = int(env.get("SANDSHELL_READ_LIMIT", str(1024 * 1024)))
@@ -40,6 +44,9 @@ class Config:
         self.pids_limit = int(env.get("SANDSHELL_PIDS_LIMIT", "0"))
         self.workdir = env.get("SANDSHELL_WORKDIR", "/app")
         self.state_dir = env.get("SANDSHELL_STATE_DIR", "/run/sandshell-agent")
+        self.workspace_limit = int(env.get("SANDSHELL_WORKSPACE_LIMIT", "0"))
+        self.scratch_limit = int(env.get("SANDSHELL_SCRATCH_LIMIT", "0"))
+        self.file_limit = int(env.get("SANDSHELL_FILE_LIMIT", "0"))
 
 
 class Agent:
@@ -51,7 +58,7 @@ class Agent:
         user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
         home = os.environ.get("HOME") or "/root"
         os.makedirs(cfg.state_dir, mode=0o700, exist_ok=True)
-        shell = Shell(cfg.state_dir, home, cfg.workdir)
+        shell = Shell(cfg.state_dir, home, cfg.workdir, cfg.file_limit)
         self.runner = Runner(
             self.sel,
             self.channel.send,
@@ -63,6 +70,8 @@ class Agent:
             (user, socket.gethostname()),
         )
         self.watchdog = PidWatchdog(cfg.pids_limit)
+        self.disk = DiskGuard(cfg.workspace_limit, cfg.scratch_limit, lambda: self.runner.shell.pid)
+        self.sel.register(self.disk.wake_r, selectors.EVENT_READ, "disk")
 
     @property
     def shell(self) -> Shell:
@@ -87,14 +96,20 @@ class Agent:
         elif kind == "read":
             path = self._path(frame.get("path"))
             if path is None:
-                send(error(rid, "bad_request", "read needs a string 'path'"))
+                send(error(rid, "bad_request", BAD_PATH))
                 return
             limit = min(int(frame.get("limit") or self.cfg.read_limit), self.cfg.read_limit)
             send({"type": "file", "id": rid, **files.read_text(path, limit)})
         elif kind == "write":
             path, content = self._path(frame.get("path")), frame.get("content")
             if path is None or not isinstance(content, str):
-                send(error(rid, "bad_request", "write needs a string 'path' and 'content'"))
+                send(
+                    error(
+                        rid,
+                        "bad_request",
+                        BAD_PATH + " and a string 'content'",
+                    )
+                )
                 return
             result = files.write_text(path, content, bool(frame.get("append")), self._owner_for(path))
             send({"type": "written", "id": rid, **result})
@@ -106,7 +121,7 @@ class Agent:
             send(error(rid, "unknown_type", f"unknown frame type {kind!r}"))
 
     def _path(self, raw: Any) -> str | None:
-        if not isinstance(raw, str) or not raw or "\0" in raw:
+        if not isinstance(raw, str) or not raw or "\0" in raw or len(utf8(raw)) > PATH_LIMIT:
             return None
         return raw if raw.startswith("/") else os.path.join(self.shell.cwd, raw)
 
@@ -122,12 +137,20 @@ class Agent:
         if self.runner.cmd is not None:
             self.channel.send(error(rid, "busy", f"command {self.runner.cmd.id} is still running"))
             return
-        try:
-            timeout = min(max(float(frame.get("timeout") or 10.0), 0.1), self.cfg.max_timeout)
-        except (TypeError, ValueError):
-            self.channel.send(error(rid, "bad_request", "timeout must be a number"))
+        data = utf8(command)
+        problem = "a NUL byte" if b"\0" in data else "more than the limit" if len(data) > COMMAND_LIMIT else ""
+        if problem:
+            why = f"the command has {problem} ({len(data):,} bytes, at most {COMMAND_LIMIT:,}, no NUL); nothing ran"
+            self.channel.send(error(rid, "bad_request", why))
             return
-        self.runner.run(rid, command, timeout, self.cfg.state_dir)
+        try:
+            timeout = float(frame.get("timeout") or 10.0)
+        except (TypeError, ValueError, OverflowError):
+            timeout = math.nan
+        if not math.isfinite(timeout):
+            self.channel.send(error(rid, "bad_request", "timeout must be a finite number of seconds"))
+            return
+        self.runner.run(rid, data, min(max(timeout, 0.1), self.cfg.max_timeout))
 
     # -- loop --------------------------------------------------------------------------------
     def _timeout(self, now: float) -> float:
@@ -136,6 +159,29 @@ class Agent:
         if command is not None:
             waits.append(command)
         return max(0.0, min(waits))
+
+    def _watch(self, now: float, ending: bool = False) -> None:
+        """The process and disk watchdogs; a notice goes with the running command's result, or,
+        between commands, with the next one's, saying it happened in the background."""
+        runner = self.runner
+        notice = self.watchdog.check(now, runner.shell.pid, force=ending)
+        if runner.cmd is not None and not self.disk.busy.is_set():
+            self.disk.busy.set()  # a command started: the disk watchdog scans often now
+        elif runner.cmd is None and self.disk.busy.is_set():
+            self.disk.busy.clear()
+        disk = self.disk.take()
+        if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
+            procs.signal_all([runner.shell.pid], signal.SIGCONT)
+        for news in (notice, disk):
+            if news is None:
+                continue
+            if runner.cmd is None:
+                runner.background.append(news)
+                del runner.background[:-4]
+                continue
+            runner.notice = "; ".join(n for n in (runner.notice, news) if n)
+            if runner.cmd.phase is None and not ending:
+                runner.begin_kill()
 
     def serve_forever(self) -> None:
         channel, runner = self.channel, self.runner
@@ -153,17 +199,16 @@ class Agent:
                             channel.send(error(None, frame.code, str(frame)))
                         else:
                             self._handle(frame)
+                elif what == "disk":
+                    pass  # the disk watchdog tripped: taken below, with the other watchdog
                 elif what == "status":
+                    self._watch(time.monotonic(), ending=True)  # what happened during it is its news
                     runner.on_status()
                 elif runner.owns(key.fd):
                     runner.on_output(key.fd, what)
             now = time.monotonic()
             channel.expire(now)
-            notice = self.watchdog.check(now, runner.shell.pid)
-            if notice is not None:
-                runner.notice = notice
-                if runner.cmd is not None and runner.cmd.phase is None:
-                    runner.begin_kill()
+            self._watch(now)
             runner.tick(now)
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import resource
+import secrets
 import shlex
 import signal
+import socket
 import subprocess
 
-STATUS_FD = 200  # bash writes "rc NUL cwd NUL" here after each command; hidden from commands
+STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command; hidden from commands
+STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
 
 NONINTERACTIVE_ENV = {
     "PAGER": "cat",
@@ -50,29 +54,41 @@ EDITOR_STUBS = "\n".join(
 )
 
 
+def _channel() -> tuple[int, int]:
+    """A byte channel (the agent's end, bash's end). A socket, not a pipe: a command cannot reopen
+    it through /proc/PID/fd (that gives ENXIO for a socket), so it cannot write lines into bash's
+    input, read the agent's output away, or write a status record from outside the shell."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return ours.detach(), theirs.detach()
+
+
 class Shell:
     """A bash process reading control lines on stdin; output on two pipes, status on a third."""
 
-    def __init__(self, state_dir: str, home: str, cwd: str) -> None:
+    def __init__(self, state_dir: str, home: str, cwd: str, file_limit: int = 0) -> None:
         self.state_dir = state_dir
+        self.file_limit = file_limit  # RLIMIT_FSIZE for bash and all it starts (0: none)
         self.home = home
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
+        self.control = -1  # bash's stdin: the lines that run commands
         self.status_r = -1
         self.stdout_r = -1
         self.stderr_r = -1
-        self._status_buf = b""
+        self._status_buf = bytearray()
+        self.nonce = b""  # what the running command's status record starts with
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
-        status_r, status_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        status_r, status_w = _channel()
+        out_r, out_w = _channel()
+        err_r, err_w = _channel()
+        self.control, control_r = _channel()
 
         self.proc = subprocess.Popen(
             ["/bin/bash", "--noprofile", "--norc"],
-            stdin=subprocess.PIPE,
+            stdin=control_r,
             stdout=out_w,
             stderr=err_w,
             env=base_env(self.home),
@@ -81,19 +97,47 @@ class Shell:
             pass_fds=(status_w,),
             close_fds=True,
         )
-        for fd in (status_w, out_w, err_w):
+        if self.file_limit:  # before bash reads its first line; without CAP_SYS_RESOURCE it cannot be raised
+            resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
+        for fd in (status_w, out_w, err_w, control_r):
             os.close(fd)
         for fd in (status_r, out_r, err_r):
             os.set_blocking(fd, False)
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
-        self._status_buf = b""
+        self._status_buf.clear()
+        st = shlex.quote(self.state_dir)
         prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&-", "set +o history", EDITOR_STUBS]
+        # The state is saved after every command and whenever the shell ends (`exit`, `exec`, a
+        # timeout's TERM), so a replacement starts where this one stopped, mid-command included.
+        prelude.append(
+            f"__ss_save() {{ export -p > {st}/exports.sh; declare -f > {st}/functions.sh; "
+            f'printf %s "$PWD" > {st}/cwd; }} 2>/dev/null'
+        )
+        # TERM ends the whole command line (a loop, the statements after it), not just its children.
+        prelude.append("trap __ss_save EXIT; trap '__ss_save; exit 143' TERM")
         if restore:
             for name in ("exports.sh", "functions.sh"):
                 path = os.path.join(self.state_dir, name)
                 prelude.append(f"[ -r {shlex.quote(path)} ] && . {shlex.quote(path)} 2>/dev/null")
+            self.cwd = self._saved_cwd() or self.cwd
         prelude.append(f"cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         self._send("\n".join(prelude) + "\n")
+
+    def _saved_cwd(self) -> str | None:
+        try:
+            with open(os.path.join(self.state_dir, "cwd"), "rb") as f:
+                cwd = f.read(4096).decode(errors="replace")
+        except OSError:
+            return None
+        return cwd if cwd.startswith("/") else None
+
+    def terminate(self) -> None:
+        """Ask bash to end the running command line: it saves its state and exits (see the TERM trap)."""
+        if self.alive():
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -110,21 +154,18 @@ class Shell:
 
     def kill(self) -> None:
         """Kill bash and close its pipes."""
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    self.proc.kill()
-                try:
-                    self.proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    pass
-            if self.proc.stdin:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.control >= 0:
+            os.close(self.control)
+            self.control = -1
         for fd in (self.status_r, self.stdout_r, self.stderr_r):
             if fd >= 0:
                 try:
@@ -139,26 +180,31 @@ class Shell:
         return self.proc.pid
 
     # -- commands --------------------------------------------------------------------------
-    def run(self, command_file: str) -> None:
-        """Start the command in `command_file` (read whole, then eval'd at top level)."""
-        st = shlex.quote(self.state_dir)
-        f = shlex.quote(command_file)
+    def run(self, command: bytes) -> None:
+        """Run `command` (no NUL byte) at top level: bash reads it whole from its input, then evals it.
+
+        It travels on bash's own input right after the line that reads it, so no file holds it
+        (nothing for a command to swap for a link or a FIFO). Its status record starts with a
+        nonce made for this command and written into the line bash has already read: a record a
+        command writes into the status channel itself is not taken for the real one.
+        """
+        self.nonce = secrets.token_hex(16).encode()
         # Defining a function parses the whole command without running any of it, so a syntax
         # error (an unterminated quote or heredoc) is reported at once and nothing half-runs.
         line = (
-            f"IFS= read -r -d '' __ss_cmd < {f}; "
+            "IFS= read -r -d '' __ss_cmd; "
             'if eval "__ss_syntax() {\n:\n$__ss_cmd\n}" </dev/null; then unset -f __ss_syntax; '
             f'eval "$__ss_cmd" </dev/null {STATUS_FD}>&-; __ss_rc=$?; __ss_how=ran; '
             "else __ss_rc=2; __ss_how=syntax; fi; "
-            f"export -p > {st}/exports.sh 2>/dev/null; declare -f > {st}/functions.sh 2>/dev/null; "
-            f'printf \'%s\\0%s\\0%s\\0\' "$__ss_rc" "$PWD" "$__ss_how" >&{STATUS_FD}\n'
+            "__ss_save; "
+            f'printf \'%s\\0%s\\0%s\\0%s\\0\' {self.nonce.decode()} "$__ss_rc" "$PWD" "$__ss_how" >&{STATUS_FD}\n'
         )
-        self._send(line)
+        self._send(line.encode() + command + b"\0")
 
-    def _send(self, text: str) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(text.encode())
-        self.proc.stdin.flush()
+    def _send(self, text: str | bytes) -> None:
+        data = memoryview(text.encode() if isinstance(text, str) else text)
+        while data:
+            data = data[os.write(self.control, data) :]
 
     def read_status(self) -> tuple[int, str, bool] | None:
         """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
@@ -169,11 +215,16 @@ class Shell:
         if not data:
             raise EOFError("the shell closed its status pipe")
         self._status_buf += data
-        parts = self._status_buf.split(b"\0")
-        if len(parts) < 4:
+        start = self._status_buf.rfind(self.nonce + b"\0") if self.nonce else -1
+        if start < 0:
+            del self._status_buf[: max(0, len(self._status_buf) - STATUS_KEEP)]  # junk written by a command
             return None
-        rc_raw, cwd_raw, how = parts[0], parts[1], parts[2]
-        self._status_buf = b"\0".join(parts[3:])
+        parts = bytes(self._status_buf[start:]).split(b"\0")
+        if len(parts) < 5:
+            return None
+        _, rc_raw, cwd_raw, how = parts[:4]
+        self._status_buf.clear()
+        self.nonce = b""
         self.cwd = cwd_raw.decode(errors="replace")
         try:
             return int(rc_raw), self.cwd, how == b"syntax"

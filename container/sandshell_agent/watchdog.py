@@ -15,9 +15,9 @@ class PidWatchdog:
         self.pids_limit = pids_limit
         self.next_check = 0.0
 
-    def check(self, now: float, shell_pid: int) -> str | None:
+    def check(self, now: float, shell_pid: int, force: bool = False) -> str | None:
         """Kill the shell's descendants when the process count nears the limit; returns a notice."""
-        if not self.pids_limit or now < self.next_check:
+        if not self.pids_limit or (now < self.next_check and not force):
             return None
         self.next_check = now + CHECK_EVERY
         count = sum(1 for name in os.listdir("/proc") if name.isdigit())

@@ -1,0 +1,118 @@
+"""The sandbox contract at its edges, written as a hostile process inside (or a broken model) would
+try it: NUL bytes and huge requests, FIFOs and links where the agent reads, writes and spills,
+a hand-made container from the image, and whose result a watchdog's notice lands in."""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pytest
+
+from sandshell.errors import SandboxError
+from sandshell.sandbox import engine
+from sandshell.sandbox.protocol import LIMITS
+from sandshell.sandbox.sandbox import Sandbox
+
+
+def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(sb: Sandbox) -> None:
+    for command, why in [
+        ("touch /app/ran-nul\0; echo", "NUL byte"),
+        ("touch /app/ran-big; : " + "x" * LIMITS["command"], "more than the 262,144"),
+        ("touch /app/ran-surrogate; echo \ud800", "not valid text"),
+    ]:
+        r = sb.execute(command)
+        assert r.return_code is None and why in (r.error or "") and "nothing ran" in (r.error or ""), r
+    assert "NUL byte" in (sb.read_file("/app/goal\0.txt").error or "")
+    assert "control character" in (sb.read_file("/app/\x1b]52;c;aGk=\x07").error or "")
+    assert "more than" in (sb.read_file("/app/" + "d/" * 3000).error or "")
+    with pytest.raises(SandboxError, match="NUL byte"):
+        sb.write_file("/app/ran-content", "a\0b")
+    with pytest.raises(SandboxError, match="more than"):
+        sb.write_file("/app/ran-content", "x" * (LIMITS["content"] + 1))
+    with pytest.raises(SandboxError, match="control character"):
+        sb.write_file("/app/note.txt}}] ]\n] ]", "x")
+    r = sb.execute("ls /app | grep -c ran- ; echo alive")
+    assert r.output == "0\nalive\n", r  # nothing of any of them ran
+    # the largest command allowed does run, and in time
+    r = sb.execute(": " + "x" * (LIMITS["command"] - 20) + "; echo big-ok", timeout=20)
+    assert r.output == "big-ok\n", r.error
+
+
+def test_fifos_where_the_agent_reads_or_writes_never_block_it(sb: Sandbox) -> None:
+    sb.execute("mkfifo /app/pipe /app/pipe2; (exec 3<>/app/pipe2; sleep 30) &")  # pipe2 has a reader
+    start = time.monotonic()
+    assert sb.read_file("/app/pipe").error == "not a regular file"
+    with pytest.raises(SandboxError, match="No such device"):
+        sb.write_file("/app/pipe", "x")  # no reader: refused at once instead of waiting for one
+    with pytest.raises(SandboxError, match="not a regular file"):
+        sb.write_file("/app/pipe2", "x")
+    assert time.monotonic() - start < 5
+    assert sb.execute("echo alive; pkill -f 'sleep 30'; rm -f /app/pipe /app/pipe2").output == "alive\n"
+
+
+PLANT = "mkdir -p /app/.sandshell/output && for i in $(seq 1 400); do {} /app/.sandshell/output/c$i.log; done"
+
+
+@pytest.mark.parametrize(
+    "trap",
+    [
+        "ln -s /etc /app/.sandshell/output",  # the spill folder is a link out of the workspace
+        "touch /app/.sandshell/output",  # ... a file
+        PLANT.format("mkfifo"),  # every name the agent would pick is a FIFO
+        PLANT.format("ln -s /etc/passwd"),  # ... or a link to a file the model must not reach this way
+    ],
+)
+def test_a_hostile_spill_folder_costs_the_spill_never_the_agent(sb: Sandbox, trap: str) -> None:
+    sb.execute("rm -rf /app/.sandshell/output && mkdir -p /app/.sandshell && " + trap, timeout=20)
+    passwd = sb.execute("md5sum /etc/passwd").output
+    start = time.monotonic()
+    r = sb.execute("head -c 3M /dev/zero | tr '\\0' x", timeout=10)
+    assert time.monotonic() - start < 10 and r.truncated, r
+    if r.spill_path:  # a fresh name beside the planted ones: a regular file, not through a link
+        kind = sb.execute(f"stat -c %F {r.spill_path}; readlink -f {r.spill_path}").output
+        assert kind == f"regular file\n{r.spill_path}\n", kind
+    else:
+        assert "could not be kept" in (r.notice or ""), r
+    assert sb.execute("md5sum /etc/passwd").output == passwd
+    assert sb.execute("ls /etc | grep -c '^c[0-9]*.log'; echo alive").output == "0\nalive\n"
+    sb.execute("rm -rf /app/.sandshell/output")
+
+
+def test_a_container_made_from_the_image_by_hand_is_not_a_session(
+    sb: Sandbox, docker_client: docker.DockerClient
+) -> None:
+    image = sb.container.image.id
+    other = docker_client.containers.create(image, command="true")
+    try:
+        assert not [k for k in other.labels if k.startswith("sandshell.session")], other.labels
+        other.start()
+        other.wait(timeout=30)
+        assert other.name not in engine.reap(docker_client)  # exited, but not ours to remove
+        other.reload()
+    finally:
+        other.remove(force=True)
+
+
+def test_a_watchdog_notice_belongs_to_the_command_it_is_about(sb: Sandbox) -> None:
+    """A fork bomb left in the background: its notice is on that command's result, or on the next
+    one's saying it happened in the background; never an unlabelled surprise later."""
+    first = sb.execute("bomb() { bomb | bomb & }; bomb; sleep 0.2", timeout=3)
+    time.sleep(2)  # the watchdog finds it between commands
+    second = sb.execute("echo second")
+    third = sb.execute("echo third")
+    notices = [r.notice or "" for r in (first, second, third)]
+    assert any("processes reached the limit" in n for n in notices[:2]), notices
+    if "processes reached" in notices[1]:
+        assert notices[1].startswith("before this command, in the background:"), notices
+    assert "processes reached" not in notices[2], notices
+    assert third.output == "third\n"
+
+
+def test_the_model_sees_the_real_head_and_the_real_tail(sb: Sandbox) -> None:
+    r = sb.execute("seq 1 100000")  # 588,895 bytes: past the head kept on the host, under the stream cap
+    assert not r.truncated and r.output_bytes == 588_895, r
+    assert r.output.startswith("1\n2\n3\n") and r.output.endswith("\n99999\n100000\n")
+    assert "characters cut here; the end follows" in r.output and len(r.output) < 300 * 1024
+    r = sb.execute("seq 1 300000")  # past the stream cap: the end comes from the agent's tail
+    assert r.truncated and r.output.endswith("\n299999\n300000\n")
