@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from pathlib import Path
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.headless:
             from sandshell.runner import print_result, run_task
 
+            if not 0 < args.timeout < float("inf") or args.max_steps < 1:
+                raise SandshellError("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
             goal = args.goal or settings.default_goal
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except SandshellError as e:
         _say(str(e))
+        if args.headless:  # a script reading stdout gets its JSON even when the run never began
+            print(json.dumps({"status": "error", "result": None, "error": str(e), "log": []}, indent=2))
         return 1
     except KeyboardInterrupt:
         _say("interrupted")

@@ -7,6 +7,7 @@ sandbox, the session and the UI.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -191,6 +192,8 @@ def load(
             except ValueError as e:
                 errors.append(f"{env}={values[env]!r} {e}")
     extra = {k: v for k, v in values.items() if k.startswith("LLAMA_") and k not in known}
+    unknown = sorted(k for k in values if k.startswith("SANDSHELL_") and k not in known)  # a typo runs defaults
+    errors += [f"{k} is not a setting sandshell knows" for k in unknown]
     load_params, sampling, extra_errors = llama_params(extra)
     errors += extra_errors
     if errors:
@@ -224,6 +227,10 @@ def _check_ranges(s: Settings) -> None:
         problems.append("LLAMA_MAX_TOKENS must be between 16 and half of LLAMA_N_CTX")
     if s.exit_timeout <= 0 or s.exit_timeout > s.max_exit_timeout:
         problems.append("LLAMA_EXIT_TIMEOUT must be above 0 and at most LLAMA_MAX_EXIT_TIMEOUT")
+    for f in fields(s):  # pydantic reads "nan", "inf" and "-1" as floats: none is a time or a size here
+        value = getattr(s, f.name)
+        if isinstance(value, float) and not 0 <= value < math.inf:
+            problems.append(f"{f.metadata.get('env', f.name)} must be a finite number, 0 or more")
     if s.pids_limit < 16:
         problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
     if problems:

@@ -25,11 +25,15 @@ _RESERVED = {
     "max_tokens",
     "logits_processor",
     "stopping_criteria",
+    "stop",  # from the chat template: another stop string would cut actions mid-way
+    "logprobs",  # sandshell shows no log-probabilities (and the two call paths type it differently)
 }
 
 
 def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
-    """The parameters of `Llama.__init__` and `Llama.create_chat_completion`, annotations resolved."""
+    """The parameters of `Llama.__init__`, and those sampling parameters that both generation calls
+    take (`create_completion` with the model's own chat template, `create_chat_completion`
+    otherwise): a setting must work whichever path a model takes."""
     from llama_cpp import Llama
 
     def params(fn: Any) -> dict[str, inspect.Parameter]:
@@ -42,7 +46,9 @@ def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.
             for name, p in inspect.signature(fn).parameters.items()
         }
 
-    return params(Llama.__init__), params(Llama.create_chat_completion)
+    completion = params(Llama.create_completion)
+    chat = {k: p for k, p in params(Llama.create_chat_completion).items() if k in completion}
+    return params(Llama.__init__), chat
 
 
 def llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
@@ -57,7 +63,10 @@ def llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any],
         name = env[len("LLAMA_") :].lower()
         target = load_params if name in init else sampling if name in chat else None
         param = init.get(name) or chat.get(name)
-        if target is None or param is None or name in _RESERVED or name in ("self", "kwargs"):
+        if name in _RESERVED:
+            errors.append(f"{env} is chosen by sandshell itself and cannot be set")
+            continue
+        if target is None or param is None or name in ("self", "kwargs"):
             errors.append(f"{env} is not a setting sandshell or llama.cpp knows")
             continue
         if raw == "":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from sandshell.model.types import Backend
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
-from sandshell.session.events import Event, ModelReplied, ModelText, Sink
+from sandshell.session.events import Event, ModelReplied, ModelText, Notice, SessionEnded, Sink
 from sandshell.session.loop import Session, session_dir
 from sandshell.session.recorder import Recorder
 from sandshell.session.transcript import render
@@ -47,13 +47,21 @@ def open_session(
     """Load the model, start the sandbox and the recorder; everything is cleaned up on exit."""
     session_id = new_session_id()
     say = log or (lambda m: print(f"sandshell: {m}", file=sys.stderr, flush=True))
-    model = Model(backend or make_backend(settings), settings)
     recorder = Recorder(session_dir(settings, session_id), title=f"sandshell {session_id}")
+    started = False
     try:
+        model = Model(backend or make_backend(settings), settings)
         with Sandbox(settings=settings, session_id=session_id, log=say) as sandbox:
             session = Session(settings, sandbox, model, [recorder, *sinks], control, session_id, goal)
             session.control.on_quit.append(sandbox.interrupt)
+            started = True
             yield Parts(session, sandbox, recorder)
+    except SandshellError as e:
+        if not started:  # the recording says why it never began, and ends with its end event
+            for event in (Notice("error", str(e)), SessionEnded("error", None, str(e), 0, 0.0)):
+                with suppress(SandshellError):
+                    recorder.emit(event)
+        raise
     finally:
         recorder.close()
 

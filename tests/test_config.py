@@ -44,6 +44,12 @@ def test_free_form_llama_parameters_are_typed() -> None:
         ({"LLAMA_FLUX_CAPACITOR": "1"}, "LLAMA_FLUX_CAPACITOR is not a setting"),
         ({"LLAMA_MAX_TOKENS": "5000"}, "LLAMA_MAX_TOKENS must be between 16 and half"),
         ({"LLAMA_EXIT_TIMEOUT": "500"}, "at most LLAMA_MAX_EXIT_TIMEOUT"),
+        ({"SANDSHELL_PROFLE": "locked"}, "SANDSHELL_PROFLE is not a setting sandshell knows"),
+        ({"LLAMA_STOP": "</s>"}, "LLAMA_STOP is chosen by sandshell itself"),
+        ({"LLAMA_MAX_EXIT_TIMEOUT": "nan"}, "LLAMA_MAX_EXIT_TIMEOUT must be a finite number"),
+        ({"LLAMA_MAX_EXIT_TIMEOUT": "inf", "LLAMA_EXIT_TIMEOUT": "inf"}, "must be a finite number"),
+        ({"SANDSHELL_KILL_GRACE": "-1"}, "SANDSHELL_KILL_GRACE must be a finite number, 0 or more"),
+        ({"SANDSHELL_MAX_SECONDS": "nan"}, "SANDSHELL_MAX_SECONDS must be a finite number"),
     ],
 )
 def test_bad_settings_are_one_clear_sentence(environ: dict[str, str], words: str) -> None:

@@ -23,6 +23,9 @@ def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(s
     ]:
         r = sb.execute(command)
         assert r.return_code is None and why in (r.error or "") and "nothing ran" in (r.error or ""), r
+    for bad in (float("nan"), float("inf"), -1.0):
+        r = sb.execute("touch /app/ran-timeout", timeout=bad)
+        assert r.return_code is None and "finite number of seconds" in (r.error or ""), r
     assert "NUL byte" in (sb.read_file("/app/goal\0.txt").error or "")
     assert "control character" in (sb.read_file("/app/\x1b]52;c;aGk=\x07").error or "")
     assert "more than" in (sb.read_file("/app/" + "d/" * 3000).error or "")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
 from sandshell import config
 from sandshell.config import Settings
-from sandshell.errors import ModelError
+from sandshell.errors import ModelError, SettingsError
 from sandshell.model import actions
 from sandshell.model.llama import LlamaBackend, resolve_model_path
 from sandshell.model.script import ScriptBackend
@@ -113,3 +114,26 @@ def test_script_backend_replays_jsonl(tmp_path: Path) -> None:
     assert actions.parse(texts[2])[0].kind == "done"
     with pytest.raises(ModelError, match="cannot read the action script"):
         ScriptBackend.from_file(tmp_path / "none.jsonl")
+
+
+def test_every_sampling_setting_accepted_works_in_a_generation(backend: LlamaBackend) -> None:
+    """Each LLAMA_<NAME> the settings accept for sampling, at its default, goes through a real
+    generation; the ones that would crash one are refused when the settings load."""
+    from sandshell.llama_params import llama_params, llama_signatures
+
+    _, chat = llama_signatures()
+    tried = []
+    for name, param in sorted(chat.items()):
+        if param.default in (None, inspect.Parameter.empty) or isinstance(param.default, bool):
+            continue
+        env = {f"LLAMA_{name.upper()}": str(param.default)}
+        _, sampling, errors = llama_params(env)
+        if errors:
+            continue  # refused at load: that is the other half of the promise
+        out = list(backend.stream(MESSAGES, {**sampling, "max_tokens": 4}))
+        assert any(isinstance(s, Stats) for s in out), name
+        tried.append(name)
+    assert {"temperature", "top_k", "min_p", "mirostat_tau"} <= set(tried), tried
+    for refused in ("LLAMA_STOP", "LLAMA_TOP_LOGPROBS", "LLAMA_LOGPROBS"):
+        with pytest.raises(SettingsError, match=refused):
+            config.load(env_file=None, environ={refused: "1"})

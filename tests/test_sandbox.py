@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -276,10 +277,14 @@ def test_files_and_state(sb: Sandbox) -> None:
     assert sb.execute("cat /app/rel.txt").output == "relative"
 
 
-def test_host_environment_does_not_leak(sb: Sandbox) -> None:
-    os.environ["SANDSHELL_HOST_SECRET"] = "leak"
-    env = sb.execute("env").output
-    assert "SANDSHELL" not in env and "leak" not in env
+def test_host_environment_does_not_leak(sb: Sandbox, shared_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "host-only-" + os.urandom(6).hex()
+    monkeypatch.setenv("HOST_ONLY_SECRET", secret)  # in the host's environment before the container starts
+    with Sandbox(workspace=shared_workspace, settings=sb.settings) as fresh:
+        env = fresh.execute("env").output
+        everywhere = fresh.execute("cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'").output
+    assert "SANDSHELL" not in env and "HOST_ONLY" not in env
+    assert secret not in everywhere and "PAGER=cat" in everywhere  # read the agent's and bash's blocks too
     assert "PAGER=cat" in env and "GIT_TERMINAL_PROMPT=0" in env
 
 

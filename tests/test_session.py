@@ -182,6 +182,27 @@ def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
                           text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "LLAMA_EXIT_TIMEOUT='soon' is not a valid float" in proc.stderr
+    result = json.loads(proc.stdout)  # a script reading stdout still gets its JSON
+    assert result["status"] == "error" and "LLAMA_EXIT_TIMEOUT" in result["error"]
+
+
+def test_a_session_that_fails_to_start_is_recorded_with_its_error(s: Settings, tmp_path: Path) -> None:
+    missing = s.replace(workspace=str(tmp_path / "no-such-workspace"))
+    result = run_task("g", settings=missing, backend=script({"done": "never"}))
+    assert result["status"] == "error" and "does not exist" in result["error"]
+    (folder,) = Path(s.sessions_dir).iterdir()
+    recorded = list(load(folder))
+    last = recorded[-1][1]
+    assert isinstance(last, events.SessionEnded) and last.status == "error" and "does not exist" in (last.error or "")
+
+
+def test_a_long_pause_is_one_event_not_a_stream(s: Settings) -> None:
+    control = Control()
+    control.pause()
+    threading.Timer(2.5, control.quit).start()
+    _, sink, _, _ = run(s, script({"done": "never"}), control)
+    paused = [e for e in sink.of(events.Phase) if e.name == "paused"]
+    assert len(paused) == 1, len(paused)
 
 
 def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ heredocs) is expressible and arrives unchanged.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -81,8 +82,10 @@ def from_json(obj: Any) -> Action:
     if kind == "write" and not isinstance(content, str):
         raise ParseError('"content" must be a string')
     timeout = obj.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-        raise ParseError('"timeout" must be a positive number of seconds')
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
+    ):  # json.loads takes NaN and Infinity: neither is a number of seconds
+        raise ParseError('"timeout" must be a positive, finite number of seconds')
     return Action(kind, arg, content, comment, float(timeout) if timeout is not None else None)
 
 

@@ -12,6 +12,7 @@ with Sandbox(workspace="workspace", settings=settings) as sb:
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,6 +126,9 @@ class Sandbox:
     # -- commands ----------------------------------------------------------------------------
     def stream(self, command: str, timeout: float | None = None) -> Iterator[Event]:
         """Run `command` in the persistent shell; yield Output chunks as they come, then one Result."""
+        if timeout is not None and not 0 < timeout < math.inf:
+            yield Result(command, None, error=f"the timeout must be a finite number of seconds above 0, not {timeout}")
+            return
         if (why := refusal("command", command)) is not None:
             yield Result(command, None, error=why)
             return

@@ -108,6 +108,7 @@ class Session:
         return outcome
 
     def _loop(self) -> Outcome:
+        paused = False
         while True:
             if self.finished is not None:
                 return Outcome("done", result=self.finished)
@@ -120,9 +121,11 @@ class Session:
             if move == "commands":
                 self._user_commands()
             elif move == "idle":
-                self.emit(Phase("paused"))
+                if not paused:  # one event a pause, not one at each wake-up while it lasts
+                    self.emit(Phase("paused"))
             else:
                 self.turn()
+            paused = move == "idle"
 
     def _limit_reached(self) -> Outcome | None:
         s = self.settings
