@@ -49,7 +49,8 @@ def test_the_grammar_lets_the_model_write_any_command(llm: Any, command: str) ->
 
 
 def test_the_grammar_refuses_what_would_not_parse(llm: Any) -> None:
-    for bad in ['[{"bash": "ls"', "ls -la", '[{"rm": "-rf /"}]', "[]", '[{"bash": 1}]']:
+    debris = ['[{"read": "/app/note.txt}}] ]"}]', '[{"write": "/app/a\\"b", "content": "x"}]', '[{"read": ""}]']
+    for bad in ['[{"bash": "ls"', "ls -la", '[{"rm": "-rf /"}]', "[]", '[{"bash": 1}]', *debris]:
         assert not grammar_accepts(llm, actions.GRAMMAR, bad), bad
     for good in ['[{"done": "ok"}]', '[{"read": "/app/goal"}, {"bash": "ls"}]']:
         assert grammar_accepts(llm, actions.GRAMMAR, good), good
@@ -64,6 +65,8 @@ def test_the_grammar_refuses_what_would_not_parse(llm: Any) -> None:
         ('[{"bash": "ls", "read": "/x"}]', "exactly one of"),
         ('[{"bash": ""}]', "must not be empty"),
         ('[{"bash": "ls", "sudo": true}]', "unknown key(s) sudo"),
+        ('[{"read": "/app/note.txt}}] ] ]"}]', "without quotes, backslashes, brackets or braces"),
+        ('[{"write": "/app/x\\ny", "content": ""}]', "must be a path"),
         ('[{"bash": "sleep 1", "timeout": -3}]', "positive, finite number"),
         ('[{"bash": "sleep 1", "timeout": NaN}]', "positive, finite number"),
         ('[{"bash": "sleep 1", "timeout": Infinity}]', "positive, finite number"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 MAX_ACTIONS = 4
+PATH_BANNED = set('"\\{}[]')  # JSON debris a small model leaves in a path (`/app/note.txt}}] ]`)
 Kind = Literal["bash", "read", "write", "done"]
 KINDS: tuple[Kind, ...] = ("bash", "read", "write", "done")
 
@@ -78,6 +79,10 @@ def from_json(obj: Any) -> Action:
         raise ParseError(f'"{kind}" and "comment" must be strings')
     if kind in ("bash", "read", "write") and not arg.strip():
         raise ParseError(f'"{kind}" must not be empty')
+    if kind in ("read", "write") and (len(arg) > 4096 or any(c in PATH_BANNED or ord(c) < 32 for c in arg)):
+        raise ParseError(
+            f'"{kind}" must be a path of at most 4096 characters without quotes, backslashes, brackets or braces'
+        )
     content = obj.get("content", "")
     if kind == "write" and not isinstance(content, str):
         raise ParseError('"content" must be a string')
@@ -145,17 +150,19 @@ def dumps(actions: list[Action]) -> str:
 
 
 # A lean GBNF: fixed key order, one small string rule. Far cheaper to apply than a grammar
-# compiled from a JSON schema, and it bans nothing a JSON string can hold.
+# compiled from a JSON schema; it bans nothing a JSON string can hold, except in a path, where
+# quotes, escapes, brackets and braces are JSON debris, never part of the file name.
 GRAMMAR = r"""
 root    ::= "[" ws action (ws "," ws action){0,3} ws "]"
 action  ::= "{" ws comment? (bash | read | write | done) ws "}"
 comment ::= "\"comment\"" ws ":" ws string ws "," ws
 bash    ::= "\"bash\"" ws ":" ws string (ws "," ws "\"timeout\"" ws ":" ws number)?
-read    ::= "\"read\"" ws ":" ws string
-write   ::= "\"write\"" ws ":" ws string ws "," ws "\"content\"" ws ":" ws string
+read    ::= "\"read\"" ws ":" ws path
+write   ::= "\"write\"" ws ":" ws path ws "," ws "\"content\"" ws ":" ws string
 done    ::= "\"done\"" ws ":" ws string
 string  ::= "\"" char* "\""
 char    ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+path    ::= "\"" [^"\\\x00-\x1f{}\[\]]+ "\""
 number  ::= [1-9] [0-9]{0,3}
 ws      ::= [ \t\n]{0,2}
 """
