@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "rerun":
             settings = _rerun(Path(args.folder), settings)
         if args.headless:
-            from sandshell.runner import print_result, run_task
+            from sandshell.runner import run_task
 
             if not 0 < args.timeout < float("inf") or args.max_steps < 1:
                 raise SandshellError("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
@@ -128,11 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     except SandshellError as e:
         _say(str(e))
         if args.headless:  # a script reading stdout gets its JSON even when the run never began
-            print(json.dumps({"status": "error", "result": None, "error": str(e), "log": []}, indent=2))
+            print_result({"status": "error", "result": None, "error": str(e), "log": []})
         return 1
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+
+
+def print_result(result: dict[str, Any]) -> int:
+    """Print a headless run's JSON result on stdout; exit status 0 only when the model finished.
+    ASCII: every control and odd character is escaped, so it is always valid JSON."""
+    print(json.dumps(result, indent=2))
+    return 0 if result["status"] == "done" else 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -121,10 +120,4 @@ def run_task(
     return {"status": outcome.status, "result": outcome.result, "error": outcome.error, "log": log.lines}
 
 
-def print_result(result: dict[str, Any]) -> int:
-    """Print the JSON result on stdout; exit status 0 only when the model finished."""
-    print(json.dumps(result, indent=2))  # ASCII: every control and odd character escaped, valid JSON
-    return 0 if result["status"] == "done" else 1
-
-
-__all__ = ["LineLog", "Parts", "open_session", "print_result", "run_task"]
+__all__ = ["LineLog", "Parts", "open_session", "run_task"]

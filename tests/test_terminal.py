@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import docker
@@ -20,8 +21,21 @@ from tests.test_scripts import REPO, env_for
 ROWS, COLS = 36, 120
 
 
-def start(tmp_path: Path, workspace: Path, *args: str, **env: str) -> Terminal:
-    return Terminal(["./start.sh", *args], cwd=str(REPO), env=env_for(tmp_path, workspace, **env), cols=COLS, rows=ROWS)
+@contextmanager
+def start(tmp_path: Path, workspace: Path, *args: str, **env: str) -> Iterator[Terminal]:
+    """./start.sh in a pty, closed afterwards; once it has ended, it must have cleaned up."""
+    term = Terminal(["./start.sh", *args], cwd=str(REPO), env=env_for(tmp_path, workspace, **env), cols=COLS, rows=ROWS)
+    try:
+        yield term
+    finally:
+        term.close()
+    assert_cleaned_up(tmp_path)
+
+
+def scripted(tmp_path: Path, workspace: Path, *actions: dict[str, object]) -> AbstractContextManager[Terminal]:
+    """./start.sh on the script backend playing `actions`, without the intro."""
+    actions_file = script(tmp_path, *actions)
+    return start(tmp_path, workspace, "--backend", "script", "--script", actions_file, LLAMA_INTRO="false")
 
 
 def script(tmp_path: Path, *actions: dict[str, object]) -> str:
@@ -57,65 +71,49 @@ def checkout_untouched() -> Iterator[None]:
 @pytest.mark.slow
 def test_start_sh_reaches_the_models_first_command_and_quits_cleanly(tmp_path: Path, workspace: Path) -> None:
     """The default model, no configuration: the intro runs, the model's own first action runs, q quits."""
-    term = start(tmp_path, workspace)
-    try:
+    with start(tmp_path, workspace) as term:
         term.wait_for(r"0 root@sandbox:/app # pwd && ls -la", 240)  # the intro ran in the sandbox
         term.wait_for(r"turn 1 ─[\s\S]*\n *[❯◆] ", 180)  # the model's own first action ran
         term.send("q")
         assert term.wait_exit(60) == 0
-    finally:
-        term.close()
-    assert_cleaned_up(tmp_path)
 
 
 def test_the_view_follows_a_flood_to_the_end(tmp_path: Path, workspace: Path) -> None:
     """10,000 lines, more than the pane keeps: the newest line and the end of the session stay on screen."""
-    actions = script(tmp_path, {"bash": "seq 1 10000 | sed 's/^/row /'"}, {"done": "flooded"})
-    term = start(tmp_path, workspace, "--backend", "script", "--script", actions, LLAMA_INTRO="false")
-    try:
+    with scripted(tmp_path, workspace, {"bash": "seq 1 10000 | sed 's/^/row /'"}, {"done": "flooded"}) as term:
         screen = term.wait_for(r"session done: flooded .* press q to quit", 120)
         assert "row 10000" in screen, "the last line of the flood is not on screen"
         term.send("q")
         assert term.wait_exit(60) == 0
-    finally:
-        term.close()
-    assert_cleaned_up(tmp_path)
 
 
 def test_ctrl_c_during_output_after_a_resize_quits_cleanly(tmp_path: Path, workspace: Path) -> None:
     slow = "for i in $(seq 1 400); do echo tick $i; sleep 0.05; done"
-    actions = script(tmp_path, {"bash": slow, "timeout": 60}, {"done": "never reached"})
-    term = start(tmp_path, workspace, "--backend", "script", "--script", actions, LLAMA_INTRO="false")
-    try:
+    with scripted(tmp_path, workspace, {"bash": slow, "timeout": 60}, {"done": "never reached"}) as term:
         term.wait_for(r"tick 20\b", 120)
         term.resize(90, 24)
         screen = term.wait_for(r"tick (4\d|[5-9]\d)\b", 30)  # still streaming, drawn at the new size
         assert max(len(line.rstrip()) for line in screen.splitlines()) <= 90
         term.send("\x03")
         assert term.wait_exit(60) == 0
-    finally:
-        term.close()
-    assert_cleaned_up(tmp_path)
     events = (only_session(tmp_path) / "events.jsonl").read_text()
     assert "tick 400" not in events, "the command ran on after Ctrl-C"
+
+
+WAITING = ({"bash": "echo waiting; sleep 60", "timeout": 90}, {"done": "never reached"})
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_end_the_ui_like_q(tmp_path: Path, workspace: Path, sig: signal.Signals) -> None:
     """A `kill` or a closed terminal: the container is removed and the recording gets its end event."""
-    actions = script(tmp_path, {"bash": "echo waiting; sleep 60", "timeout": 90}, {"done": "never reached"})
-    term = start(tmp_path, workspace, "--backend", "script", "--script", actions, LLAMA_INTRO="false")
-    try:
+    with scripted(tmp_path, workspace, *WAITING) as term:
         term.wait_for(r"\n +waiting +│", 120)
         os.kill(term.child.pid, sig)  # start.sh exec'd python: this is sandshell itself
         assert term.wait_exit(30) == 0
-    finally:
-        term.close()
-    assert_cleaned_up(tmp_path)
 
 
 def test_sigterm_ends_a_headless_run_with_its_json(tmp_path: Path, workspace: Path) -> None:
-    actions = script(tmp_path, {"bash": "echo waiting; sleep 60", "timeout": 90}, {"done": "never reached"})
+    actions = script(tmp_path, *WAITING)
     proc = subprocess.Popen(
         ["./start.sh", "--headless", "--backend", "script", "--script", actions, "--goal", "wait"],
         cwd=REPO, env=env_for(tmp_path, workspace, LLAMA_INTRO="false"),

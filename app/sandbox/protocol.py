@@ -15,32 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sandshell_agent import PROTOCOL_VERSION
-from sandshell_agent.frames import COMMAND_LIMIT, CONTENT_LIMIT, PATH_LIMIT, FrameError, FrameReader, encode
+from sandshell_agent.frames import LIMITS, FrameError, FrameReader, encode, refusal
 
-__all__ = ["PROTOCOL_VERSION", "FileContent", "FrameError", "FrameReader", "ModelState", "Output", "Result", "encode"]
+__all__ = [
+    "LIMITS",
+    "PROTOCOL_VERSION",
+    "FileContent",
+    "FrameError",
+    "FrameReader",
+    "ModelState",
+    "Output",
+    "Result",
+    "encode",
+    "refusal",
+]
 
 Stream = Literal["stdout", "stderr"]
-LIMITS = {"command": COMMAND_LIMIT, "path": PATH_LIMIT, "content": CONTENT_LIMIT}
-
-
-def refusal(what: Literal["command", "path", "content"], text: str) -> str | None:
-    """Why `text` cannot go to the sandbox as a command, path or file content, in one sentence
-    (nothing is sent then), or None. The same limits hold in the agent."""
-    if "\0" in text:
-        return f"the {what} contains a NUL byte, which cannot pass to bash or a file name; nothing ran"
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return f"the {what} is not valid text (a lone surrogate); nothing ran"
-    if size > LIMITS[what]:
-        return f"the {what} is {size:,} bytes, more than the {LIMITS[what]:,} a {what} may have; nothing ran"
-    if what == "path":
-        if not text.strip():
-            return "the path is empty"
-        bad = next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160), None)
-        if bad is not None:
-            return f"the path contains the control character {bad!r}; nothing ran"
-    return None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import procs
 
@@ -112,8 +112,12 @@ class Area:
     limit: int
     setting: str
     baseline: int = 0  # bytes there before the session (the image's own files)
-    threshold: int = 0  # the limit, or where the last trip left it
-    tree: Tree | None = None
+    threshold: int = field(init=False)  # the limit, or where the last trip left it
+    tree: Tree = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.threshold = self.limit
+        self.tree = Tree(self.root, self.skip)
 
 
 class DiskGuard:
@@ -128,9 +132,6 @@ class DiskGuard:
         if scratch_limit and not os.statvfs("/").f_flag & os.ST_RDONLY:
             what = "the container's files outside /app and /tmp"
             self.areas.append(Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", usage("/", SKIP)))
-        for a in self.areas:
-            a.threshold = a.limit
-            a.tree = Tree(a.root, a.skip)
         self.shell_pid = shell_pid
         self.busy = threading.Event()  # set by the agent while a command runs: scan often
         self.over: str | None = None  # set here, taken by the agent's loop
@@ -153,7 +154,6 @@ class DiskGuard:
 
     def check(self, a: Area, full: bool = True) -> float:
         """Measure one area, acting on a trip; returns how long it took."""
-        assert a.tree is not None
         start = time.monotonic()
         used = a.tree.measure(full) - a.baseline
         if used > a.threshold:

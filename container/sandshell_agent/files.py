@@ -8,8 +8,6 @@ import secrets
 import stat
 from typing import Any
 
-from .frames import utf8
-
 STATE_FILES = {"goal": "/app/goal", "system": "/app/system.md", "config": "/app/config.json"}
 
 
@@ -57,7 +55,7 @@ def write_text(path: str, content: str, append: bool, owner: tuple[int, int] | N
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        data = utf8(content)
+        data = content.encode()  # the server refused content that is not valid text
         # Never blocks on a FIFO (O_NONBLOCK: ENXIO with no reader) and never writes into one.
         flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_APPEND if append else 0)
         fd = os.open(path, flags, 0o644)

@@ -7,19 +7,32 @@ the bulk of a flood is neither escaped nor parsed as JSON; the reader puts it ba
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
-COMMAND_LIMIT = 256 * 1024  # bytes of one command (bash reads it from a pipe, a byte at a time)
+COMMAND_LIMIT = 256 * 1024  # bytes of one command (bash reads it from a socket, a byte at a time)
 PATH_LIMIT = 4096  # bytes of a path in a read or write (Linux's PATH_MAX)
 CONTENT_LIMIT = 1024 * 1024  # bytes of one write's content; a frame holds it even fully escaped
+LIMITS = {"command": COMMAND_LIMIT, "path": PATH_LIMIT, "content": CONTENT_LIMIT}
 
 
-def utf8(text: str) -> bytes:
-    """Text as UTF-8, whatever it holds: escaped bytes come back, a lone surrogate becomes U+FFFD."""
+def refusal(what: Literal["command", "path", "content"], text: str) -> str | None:
+    """Why `text` cannot be a command, path or file content, in one sentence, or None. The host
+    asks before it sends anything; the agent asks again of what arrives."""
+    if "\0" in text:
+        return f"the {what} contains a NUL byte, which cannot pass to bash or a file name; nothing ran"
     try:
-        return text.encode("utf-8", errors="surrogateescape")
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace")
+        return f"the {what} is not valid text (a lone surrogate); nothing ran"
+    if size > LIMITS[what]:
+        return f"the {what} is {size:,} bytes, over the limit: a {what} may have at most {LIMITS[what]:,}; nothing ran"
+    if what == "path":
+        if not text.strip():
+            return "the path is empty"
+        bad = next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160), None)
+        if bad is not None:
+            return f"the path contains the control character {bad!r}; nothing ran"
+    return None
 
 
 class FrameError(Exception):
@@ -36,8 +49,8 @@ def encode(frame: dict[str, Any]) -> bytes:
         payload = data.encode("utf-8", errors="replace")
         header = {k: v for k, v in frame.items() if k != "data"}
         header["bytes"] = len(payload)
-        return utf8(json.dumps(header, ensure_ascii=False, separators=(",", ":"))) + b"\n" + payload
-    # ensure_ascii: a lone surrogate (from a broken model reply) travels as \\udXXX, not as a crash
+        return json.dumps(header, separators=(",", ":")).encode() + b"\n" + payload
+    # ASCII JSON: a lone surrogate (from a broken model reply) travels escaped, not as a crash
     return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
 
 

@@ -55,6 +55,16 @@ class Runner:
         self.shell.start(restore=restore)
         self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
         self.watch_output(True)
+        self.give_input()
+
+    def give_input(self) -> None:
+        """Write bash's pending input; while it does not take it all, wait for it in the loop."""
+        fd, done = self.shell.control, self.shell.flush()
+        registered = fd >= 0 and fd in self.sel.get_map()
+        if not done and not registered and fd >= 0:
+            self.sel.register(fd, selectors.EVENT_WRITE, "control")
+        elif done and registered:
+            self.sel.unregister(fd)
 
     def watch_output(self, on: bool) -> None:
         for fd, name in ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr")):
@@ -67,8 +77,8 @@ class Runner:
                 self.sel.unregister(fd)
 
     def stop_shell(self) -> None:
-        for fd in (self.shell.status_r, self.shell.stdout_r, self.shell.stderr_r):
-            if fd in self.sel.get_map():
+        for fd in (self.shell.status_r, self.shell.stdout_r, self.shell.stderr_r, self.shell.control):
+            if fd >= 0 and fd in self.sel.get_map():
                 self.sel.unregister(fd)
         self.shell.kill()
 
@@ -82,6 +92,7 @@ class Runner:
             self.start_shell(restore=True)
         self.cmd = Command(cid, timeout, procs.snapshot(), self.limits)
         self.shell.run(command)
+        self.give_input()
 
     def interrupt(self, cid: Any) -> None:
         if self.cmd is not None and (cid is None or cid == self.cmd.id):
@@ -116,7 +127,13 @@ class Runner:
         if status is not None:
             if self.cmd is not None:
                 self._drain_output()
-                self._finish(status[0], syntax_error=status[2])
+                if self.cmd.phase is not None:
+                    # The shell was sent TERM but ended the command first: the trap still pending
+                    # would end it under the next command. Its state is saved; start a fresh one.
+                    self._kill_stopped_tree()
+                    self.stop_shell()
+                    self.start_shell(restore=True)
+                self._finish(status[0], syntax_error=status[2], restarted=self.cmd.phase is not None)
             return
         if not dead:
             return
@@ -132,12 +149,19 @@ class Runner:
         code = self.shell.exit_code(wait=0.5)
         if self.cmd is not None:
             self._drain_output()
+        self._kill_stopped_tree()
         self.stop_shell()
         self.start_shell(restore=True)
         if self.cmd is not None and self.cmd.phase is not None:
             self._finish(code, restarted=True)  # stopped on purpose: the result says why
         elif self.cmd is not None:
             self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd")
+
+    def _kill_stopped_tree(self) -> None:
+        """A command being stopped ended before its kill phases did: what it started and still runs
+        (a child that ignores TERM, orphaned to init once the shell left) is killed now."""
+        if self.cmd is not None and self.cmd.phase is not None:
+            procs.kill_all(self.cmd.before, self.shell.pid, {os.getpid(), 1})
 
     def _drain_output(self) -> None:
         assert self.cmd is not None

@@ -15,12 +15,11 @@ from . import AGENT_NAME, files, procs
 from .channel import Channel, error
 from .command import Limits
 from .diskguard import DiskGuard
-from .frames import COMMAND_LIMIT, PATH_LIMIT, FrameError, utf8
+from .frames import FrameError, refusal
 from .runner import Runner
 from .shell import Shell
 from .watchdog import PidWatchdog
 
-BAD_PATH = f"a 'path' is a string of at most {PATH_LIMIT} bytes with no NUL"
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
 
 
@@ -93,26 +92,8 @@ class Agent:
             self._run(frame)
         elif kind == "interrupt":
             self.runner.interrupt(rid)
-        elif kind == "read":
-            path = self._path(frame.get("path"))
-            if path is None:
-                send(error(rid, "bad_request", BAD_PATH))
-                return
-            limit = min(int(frame.get("limit") or self.cfg.read_limit), self.cfg.read_limit)
-            send({"type": "file", "id": rid, **files.read_text(path, limit)})
-        elif kind == "write":
-            path, content = self._path(frame.get("path")), frame.get("content")
-            if path is None or not isinstance(content, str):
-                send(
-                    error(
-                        rid,
-                        "bad_request",
-                        BAD_PATH + " and a string 'content'",
-                    )
-                )
-                return
-            result = files.write_text(path, content, bool(frame.get("append")), self._owner_for(path))
-            send({"type": "written", "id": rid, **result})
+        elif kind in ("read", "write"):
+            self._file(kind, rid, frame)
         elif kind == "state":
             send({"type": "state", "id": rid, **files.model_state(self.cfg.state_limit)})
         elif kind == "hello":
@@ -120,10 +101,26 @@ class Agent:
         else:
             send(error(rid, "unknown_type", f"unknown frame type {kind!r}"))
 
-    def _path(self, raw: Any) -> str | None:
-        if not isinstance(raw, str) or not raw or "\0" in raw or len(utf8(raw)) > PATH_LIMIT:
-            return None
-        return raw if raw.startswith("/") else os.path.join(self.shell.cwd, raw)
+    def _file(self, kind: str, rid: Any, frame: dict[str, Any]) -> None:
+        raw, content = frame.get("path"), frame.get("content", "")
+        if not isinstance(raw, str) or not isinstance(content, str):
+            self.channel.send(error(rid, "bad_request", f"{kind} needs a string 'path' (and 'content' for a write)"))
+            return
+        why = refusal("path", raw) or (refusal("content", content) if kind == "write" else None)
+        if why:
+            self.channel.send(error(rid, "bad_request", why))
+            return
+        path = raw if raw.startswith("/") else os.path.join(self.shell.cwd, raw)
+        if kind == "read":
+            try:
+                limit = min(int(frame.get("limit") or self.cfg.read_limit), self.cfg.read_limit)
+            except (TypeError, ValueError, OverflowError):
+                self.channel.send(error(rid, "bad_request", "a read's 'limit' is a number of bytes"))
+                return
+            self.channel.send({"type": "file", "id": rid, **files.read_text(path, max(limit, 0))})
+        else:
+            result = files.write_text(path, content, bool(frame.get("append")), self._owner_for(path))
+            self.channel.send({"type": "written", "id": rid, **result})
 
     def _owner_for(self, path: str) -> tuple[int, int] | None:
         inside = path == self.cfg.workdir or path.startswith(self.cfg.workdir.rstrip("/") + "/")
@@ -137,10 +134,8 @@ class Agent:
         if self.runner.cmd is not None:
             self.channel.send(error(rid, "busy", f"command {self.runner.cmd.id} is still running"))
             return
-        data = utf8(command)
-        problem = "a NUL byte" if b"\0" in data else "more than the limit" if len(data) > COMMAND_LIMIT else ""
-        if problem:
-            why = f"the command has {problem} ({len(data):,} bytes, at most {COMMAND_LIMIT:,}, no NUL); nothing ran"
+        why = refusal("command", command)
+        if why:
             self.channel.send(error(rid, "bad_request", why))
             return
         try:
@@ -150,7 +145,7 @@ class Agent:
         if not math.isfinite(timeout):
             self.channel.send(error(rid, "bad_request", "timeout must be a finite number of seconds"))
             return
-        self.runner.run(rid, data, min(max(timeout, 0.1), self.cfg.max_timeout))
+        self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
 
     # -- loop --------------------------------------------------------------------------------
     def _timeout(self, now: float) -> float:
@@ -199,6 +194,8 @@ class Agent:
                             channel.send(error(None, frame.code, str(frame)))
                         else:
                             self._handle(frame)
+                elif what == "control":
+                    runner.give_input()
                 elif what == "disk":
                     pass  # the disk watchdog tripped: taken below, with the other watchdog
                 elif what == "status":

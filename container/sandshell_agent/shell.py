@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 
+from . import files
+
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command; hidden from commands
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
 
@@ -71,7 +73,8 @@ class Shell:
         self.home = home
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
-        self.control = -1  # bash's stdin: the lines that run commands
+        self.control = -1  # bash's stdin: the lines that run commands (non-blocking)
+        self.unsent = bytearray()  # what bash has not read of them yet
         self.status_r = -1
         self.stdout_r = -1
         self.stderr_r = -1
@@ -101,8 +104,9 @@ class Shell:
             resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
         for fd in (status_w, out_w, err_w, control_r):
             os.close(fd)
-        for fd in (status_r, out_r, err_r):
+        for fd in (status_r, out_r, err_r, self.control):
             os.set_blocking(fd, False)
+        self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
         self._status_buf.clear()
         st = shlex.quote(self.state_dir)
@@ -118,18 +122,15 @@ class Shell:
         if restore:
             for name in ("exports.sh", "functions.sh"):
                 path = os.path.join(self.state_dir, name)
-                prelude.append(f"[ -r {shlex.quote(path)} ] && . {shlex.quote(path)} 2>/dev/null")
+                prelude.append(f"[ -f {shlex.quote(path)} ] && . {shlex.quote(path)} 2>/dev/null")  # no FIFO
             self.cwd = self._saved_cwd() or self.cwd
         prelude.append(f"cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         self._send("\n".join(prelude) + "\n")
 
     def _saved_cwd(self) -> str | None:
-        try:
-            with open(os.path.join(self.state_dir, "cwd"), "rb") as f:
-                cwd = f.read(4096).decode(errors="replace")
-        except OSError:
-            return None
-        return cwd if cwd.startswith("/") else None
+        # read_text: the file is within the model's reach, and a FIFO there must not block the agent
+        cwd = files.read_text(os.path.join(self.state_dir, "cwd"), 4096)["content"]
+        return cwd if cwd and cwd.startswith("/") else None
 
     def terminate(self) -> None:
         """Ask bash to end the running command line: it saves its state and exits (see the TERM trap)."""
@@ -166,6 +167,7 @@ class Shell:
         if self.control >= 0:
             os.close(self.control)
             self.control = -1
+        self.unsent.clear()
         for fd in (self.status_r, self.stdout_r, self.stderr_r):
             if fd >= 0:
                 try:
@@ -202,9 +204,21 @@ class Shell:
         self._send(line.encode() + command + b"\0")
 
     def _send(self, text: str | bytes) -> None:
-        data = memoryview(text.encode() if isinstance(text, str) else text)
-        while data:
-            data = data[os.write(self.control, data) :]
+        self.unsent += text.encode() if isinstance(text, str) else text
+        self.flush()
+
+    def flush(self) -> bool:
+        """Give bash what it has not taken yet, without waiting for it (a trap of the model's may
+        keep bash from reading); True once all is given. The agent's loop calls again when bash
+        can take more."""
+        while self.unsent and self.control >= 0:
+            try:
+                del self.unsent[: os.write(self.control, self.unsent)]
+            except BlockingIOError:
+                return False
+            except OSError:  # bash is gone: its status channel says so
+                self.unsent.clear()
+        return True
 
     def read_status(self) -> tuple[int, str, bool] | None:
         """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
