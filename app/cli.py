@@ -10,10 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sandshell.errors import SandshellError
-
-
-def _say(message: str) -> None:
-    print(f"sandshell: {message}", file=sys.stderr, flush=True)
+from sandshell.inert import say
 
 
 def prepare() -> int:
@@ -25,15 +22,15 @@ def prepare() -> int:
     settings = config.load()
     client = engine.client()
     for name in engine.reap(client):
-        _say(f"removed leftover container {name}")
-    tag = ensure_image(client, settings, _say)
+        say(f"removed leftover container {name}")
+    tag = ensure_image(client, settings, say)
     from sandshell.model.llama import resolve_model_path
     from sandshell.workspace import init_workspace
 
     init_workspace(settings)
     if settings.backend == "llama":
         resolve_model_path(settings)
-    _say(f"sandbox image {tag} ready")
+    say(f"sandbox image {tag} ready")
     return 0
 
 
@@ -64,7 +61,7 @@ def _rerun(folder: Path, settings: Any) -> Any:
     script = settings.path(".cache") / f"rerun-{folder.name}.jsonl"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    _say(f"re-running {len(lines)} answers from {folder}")
+    say(f"re-running {len(lines)} answers from {folder}")
     return settings.replace(backend="script", script_path=str(script))
 
 
@@ -123,15 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         app = live_app(settings, goal=args.goal)
         run_app(app)
         if app.ended is not None:
-            _say(f"session {app.ended.status}" + (f": {app.ended.result}" if app.ended.result else ""))
+            say(f"session {app.ended.status}" + (f": {app.ended.result}" if app.ended.result else ""))
         return 0
     except SandshellError as e:
-        _say(str(e))
+        say(str(e))
         if args.headless:  # a script reading stdout gets its JSON even when the run never began
             print_result({"status": "error", "result": None, "error": str(e), "log": []})
         return 1
     except KeyboardInterrupt:
-        _say("interrupted")
+        say("interrupted")
         return 130
 
 

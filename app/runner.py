@@ -8,7 +8,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from sandshell import config
+from sandshell import config, inert
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
 from sandshell.model.turn import Model, make_backend
@@ -45,7 +45,7 @@ def open_session(
 ) -> Iterator[Parts]:
     """Load the model, start the sandbox and the recorder; everything is cleaned up on exit."""
     session_id = new_session_id()
-    say = log or (lambda m: print(f"sandshell: {m}", file=sys.stderr, flush=True))
+    say = log or inert.say
     recorder = Recorder(session_dir(settings, session_id), title=f"sandshell {session_id}")
     started = False
     try:
@@ -77,7 +77,8 @@ class LineLog:
         if isinstance(event, ModelText):
             return  # the whole answer comes with ModelReplied, on one line
         if isinstance(event, ModelReplied):
-            text = "model: " + " ".join(event.text.split())[:600] + "\n" + render(event, color=False).lstrip("\n")
+            said = inert.inert(" ".join(event.text.split())[:600])
+            text = "model: " + said + "\n" + render(event, color=False).lstrip("\n")
         else:
             text = render(event, color=False)
         if not text:

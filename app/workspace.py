@@ -12,16 +12,13 @@ from pathlib import Path
 from sandshell import config
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
+from sandshell.inert import say
 from sandshell.model.genconfig import STARTER
 
 STARTER_SYSTEM = """# My own instructions
 I may rewrite this file to remember what I learn about this machine and how to reach my goal.
 """
 KEEP = {".gitkeep"}
-
-
-def _say(message: str) -> None:
-    print(f"sandshell: {message}", file=sys.stderr, flush=True)
 
 
 def init_workspace(settings: Settings) -> Path:
@@ -60,14 +57,14 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
             raise SandshellError("reset asks before it archives the workspace; pass --yes when not in a terminal")
         answer = input(f"Reset {ws}? The current workspace is archived first. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
-            _say("nothing changed")
+            say("nothing changed")
             return 1
     if ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
         try:
             saved = archive(ws, ws.parent / f"{ws.name}-archive")
         except OSError as e:
             raise SandshellError(f"cannot archive the workspace ({e.strerror or e}); nothing was changed") from None
-        _say(f"the old workspace is kept in {saved}")
+        say(f"the old workspace is kept in {saved}")
         for entry in ws.iterdir():
             if entry.name in KEEP:
                 continue
@@ -76,12 +73,12 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
             else:
                 entry.unlink()
     init_workspace(settings)
-    _say(f"workspace {ws} is fresh: goal, system.md and config.json written")
+    say(f"workspace {ws} is fresh: goal, system.md and config.json written")
     try:
         from sandshell.sandbox import engine
 
         for name in engine.reap(engine.client()):
-            _say(f"removed leftover container {name}")
+            say(f"removed leftover container {name}")
     except SandshellError as e:
-        _say(f"leftover containers were not checked: {e}")
+        say(f"leftover containers were not checked: {e}")
     return 0

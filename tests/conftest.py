@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import hypothesis
 import pytest
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from sandshell import config
 from sandshell.config import Settings
@@ -24,6 +27,10 @@ HOME = tempfile.mkdtemp(prefix="sandshell-test-home-")
 for _name in [k for k in os.environ if k.startswith(("LLAMA_", "SANDSHELL_"))]:
     del os.environ[_name]
 os.environ["SANDSHELL_HOME"] = HOME
+hypothesis.settings.register_profile(
+    "sandshell", database=DirectoryBasedExampleDatabase(os.path.join(HOME, "hypothesis"))
+)  # its examples go to the temporary home, not into the checkout
+hypothesis.settings.load_profile("sandshell")
 
 
 def _base_settings(**changes: object) -> Settings:
@@ -78,6 +85,26 @@ def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]
     for c in left:
         c.remove(force=True)
     assert not names, f"containers left behind: {names}"
+
+
+REPO = Path(__file__).resolve().parents[1]
+OURS = (".cache/", ".venv/", "build/", ".mypy_cache/", ".ruff_cache/")  # made by ./test.sh before pytest
+
+
+def _checkout() -> set[str]:
+    """The checkout's changed, new and ignored paths, leaving out caches that tools keep."""
+    out = subprocess.run(["git", "status", "--porcelain", "-z", "--ignored", "--untracked-files=all"], cwd=REPO,
+                         capture_output=True, text=True, check=False).stdout  # fmt: skip
+    paths = {entry[3:] for entry in out.split("\0") if entry}
+    return {p for p in paths if not p.startswith(OURS) and "__pycache__/" not in p and ".egg-info/" not in p}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_checkout_is_left_as_it_was() -> Iterator[None]:
+    """Tests never write into the checkout (no .env, no sessions, no workspace files)."""
+    before = _checkout()
+    yield
+    assert _checkout() == before, f"tests wrote into the checkout: {sorted(_checkout() ^ before)}"
 
 
 def _alive(pid: str) -> bool:

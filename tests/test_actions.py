@@ -72,6 +72,10 @@ def test_the_grammar_refuses_what_would_not_parse(llm: Any) -> None:
         ('[{"bash": "sleep 1", "timeout": Infinity}]', "positive, finite number"),
         ('[{"write": "/x", "content": 5}]', '"content" must be a string'),
         ("[1]", "must be a JSON object"),
+        ('[{"done": "ok \\ud83d"}]', '"done" holds \\ud83d, half of a character'),
+        ('[{"comment": "\\udcff", "bash": "ls"}]', '"comment" holds \\udcff'),
+        ('[{"write": "/app/x", "content": "a\\udfffb"}]', '"content" holds \\udfff'),
+        ('[{"read": "/app/\\u009b2J"}]', "must be a path"),
         (json.dumps([{"bash": "ls"}] * 5), "at most 4"),
     ],
 )

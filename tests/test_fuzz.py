@@ -62,7 +62,7 @@ def test_action_parser_accepts_or_explains(text: str) -> None:
 def test_any_action_round_trips(items: list[tuple[str, str, str, str]]) -> None:
     def arg(kind: str, a: str) -> str:  # a path holds no JSON debris or controls (the parser refuses them)
         if kind in ("read", "write"):
-            a = "".join(c for c in a if c not in actions.PATH_BANNED and ord(c) >= 32)
+            a = "".join(c for c in a if c not in actions.PATH_BANNED and not actions.is_control(c))
         return a if a.strip() else "x"
 
     made = [actions.Action(k, arg(k, a), c if k == "write" else "", m) for k, a, c, m in items]  # type: ignore[arg-type]

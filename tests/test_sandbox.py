@@ -89,9 +89,9 @@ def test_stdin_is_at_eof(sb: Sandbox) -> None:
 def test_interactive_programs_do_not_hang(sb: Sandbox, command: str) -> None:
     start = time.monotonic()
     r = sb.execute(command, timeout=3)
-    assert time.monotonic() - start < 3 + GRACE
+    assert not r.timed_out and not r.lost, "the program waited for a terminal that is not there"
+    assert time.monotonic() - start < 3
     assert sb.execute("echo alive").output == "alive\n"
-    assert not r.lost
 
 
 def test_git_log_does_not_page(sb: Sandbox) -> None:
@@ -175,16 +175,18 @@ def test_fork_bomb_is_contained(sb: Sandbox) -> None:
     start = time.monotonic()
     r = sb.execute("bomb() { bomb | bomb & }; bomb", timeout=3)
     assert time.monotonic() - start < 3 + GRACE + 5
-    assert r.timed_out or r.return_code is not None
+    notices = [r.notice or ""]
     deadline = time.monotonic() + 10
     while True:  # the agent's watchdog kills a bomb that runs on in the background
-        out = sb.execute("echo count=$(ps -e --no-headers | wc -l)").output
-        found = re.findall(r"count=(\d+)", out)
+        after = sb.execute("echo count=$(ps -e --no-headers | wc -l)")
+        notices.append(after.notice or "")
+        found = re.findall(r"count=(\d+)", after.output)
         count = int(found[-1]) if found else 999
         if count < 20 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert count < 20
+    assert any(f"reached the limit of {sb.settings.pids_limit}" in n for n in notices), notices  # and it says so
     assert "survived" in sb.execute("echo survived", timeout=10).output
 
 

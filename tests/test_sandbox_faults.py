@@ -53,11 +53,14 @@ def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Set
     s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0)
     with Sandbox(workspace=workspace, settings=s) as sb:
         seqs: list[int] = []
+        received = 0
         dropped = False
         result = None
         for event in sb.stream("yes | head -c 30000000", timeout=20):
             if isinstance(event, Output):
                 seqs.append(event.seq)
+                received += len(event.data)
+                assert set(event.data) <= {"y", "\n"}, event.data[:300]
                 if len(seqs) == 50 and not dropped:
                     assert sb.conn is not None and sb.conn.sock is not None
                     sb.conn.sock.shutdown(socket.SHUT_RDWR)
@@ -66,7 +69,8 @@ def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Set
                 result = event
         assert dropped and result is not None
         assert result.return_code == 0 and not result.lost
-        assert seqs == sorted(seqs)
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no chunk lost, none twice
+        assert received == 30_000_000 == result.output_bytes  # every byte, exactly once
         assert sb.execute("echo after").output == "after\n"
 
 

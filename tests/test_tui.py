@@ -225,3 +225,27 @@ async def test_the_log_follows_while_the_pane_shrinks_and_waits_when_scrolled_up
         await pilot.press("end")
         await pilot.pause(0.2)
         assert log.scroll_y == log.max_scroll_y and not more.has_class("active")
+
+
+async def test_the_approval_bar_shows_the_whole_action(workspace: Path, tmp_path: Path) -> None:
+    long_command = "echo " + "a" * 3000 + " END-OF-COMMAND"
+    content = "".join(f"line {i}\n" for i in range(200)) + "LAST LINE"
+    s = settings_for(workspace, tmp_path, {"bash": long_command}, {"write": "/app/notes.md", "content": content},
+                     {"done": "ok"}, approval=True)  # fmt: skip
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.pending is not None)
+        shown = str(app.query_one("#approval-action").render())
+        assert "END-OF-COMMAND" in shown and "a" * 3000 in shown.replace("\n", "")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.pending is not None and app.pending.kind == "write")
+        shown = str(app.query_one("#approval-action").render())
+        assert "/app/notes.md" in shown and "line 0" in shown and "LAST LINE" in shown
+        scroll = app.query_one("#approval-scroll")
+        assert scroll.max_scroll_y > 0 and scroll.has_focus  # longer than the bar: it scrolls
+        await pilot.press("pagedown")
+        await pilot.pause(0.1)
+        assert scroll.scroll_y > 0
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.ended is not None)
+    assert (workspace / "notes.md").read_text() == content

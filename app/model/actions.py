@@ -77,9 +77,12 @@ def from_json(obj: Any) -> Action:
     arg, comment = obj[kind], obj.get("comment", "")
     if not isinstance(arg, str) or not isinstance(comment, str):
         raise ParseError(f'"{kind}" and "comment" must be strings')
+    for key in (kind, "comment", "content"):
+        if isinstance(obj.get(key), str) and (bad := _lone_surrogate(obj[key])):
+            raise ParseError(f'"{key}" holds \\u{bad:04x}, half of a character: write the character itself')
     if kind in ("bash", "read", "write") and not arg.strip():
         raise ParseError(f'"{kind}" must not be empty')
-    if kind in ("read", "write") and (len(arg) > 4096 or any(c in PATH_BANNED or ord(c) < 32 for c in arg)):
+    if kind in ("read", "write") and (len(arg) > 4096 or any(c in PATH_BANNED or is_control(c) for c in arg)):
         raise ParseError(
             f'"{kind}" must be a path of at most 4096 characters without quotes, backslashes, brackets or braces'
         )
@@ -92,6 +95,15 @@ def from_json(obj: Any) -> Action:
     ):  # json.loads takes NaN and Infinity: neither is a number of seconds
         raise ParseError('"timeout" must be a positive, finite number of seconds')
     return Action(kind, arg, content, comment, float(timeout) if timeout is not None else None)
+
+
+def is_control(c: str) -> bool:
+    return ord(c) < 32 or 0x7F <= ord(c) <= 0x9F
+
+
+def _lone_surrogate(text: str) -> int:
+    """The first lone surrogate in `text` (json.loads makes one of a stray `\\ud83d`), or 0."""
+    return next((ord(c) for c in text if 0xD800 <= ord(c) <= 0xDFFF), 0)
 
 
 def parse(text: str) -> list[Action]:

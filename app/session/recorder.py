@@ -1,4 +1,9 @@
-"""Recording a session: a JSON-lines event log (synced per event) and an asciicast v2 `.cast` file."""
+"""Recording a session: a JSON-lines event log and an asciicast v2 `.cast` file.
+
+The log is the record: each event is fsynced before any other sink sees it, so what was shown
+was on disk first (a crash loses at most the event being written). The `.cast` is a view of
+the log for players; it is flushed per event and synced at most once a second, and at close.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from sandshell.errors import SandshellError
+from sandshell.inert import json_line
 from sandshell.session import events as ev
 from sandshell.session.transcript import render
 
 CAST_WIDTH, CAST_HEIGHT = 120, 36
+CAST_SYNC_SECONDS = 1.0
 
 
 class RecordingError(SandshellError):
@@ -33,6 +40,7 @@ class Recorder:
         self.folder = folder
         self.started = time.monotonic()
         self.failed: str | None = None
+        self._cast_due = 0.0
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._log: IO[str] | None = open(folder / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
@@ -55,25 +63,31 @@ class Recorder:
         t = round(time.monotonic() - self.started, 4)
         try:
             assert self._log is not None and self._cast is not None
-            self._write(self._log, json.dumps({"t": t, **to_json(event)}, ensure_ascii=False, default=str))
+            self._write(self._log, json_line({"t": t, **to_json(event)}), sync=True)
             text = render(event, color=True)
             if text:
-                self._write(self._cast, json.dumps([t, "o", text.replace("\n", "\r\n")], ensure_ascii=False))
+                due = time.monotonic() >= self._cast_due  # the .cast is a view of the log: synced once a second
+                self._write(self._cast, json_line([t, "o", text.replace("\n", "\r\n")]), sync=due)
+                if due:
+                    self._cast_due = time.monotonic() + CAST_SYNC_SECONDS
         except OSError as e:
             self.failed = _sentence(self.folder, e)
             self.close()
             raise RecordingError(self.failed) from None
 
     @staticmethod
-    def _write(f: IO[str], line: str) -> None:
+    def _write(f: IO[str], line: str, sync: bool = True) -> None:
         f.write(line + "\n")
         f.flush()
-        os.fsync(f.fileno())  # a crash loses at most the event being written
+        if sync:
+            os.fsync(f.fileno())  # on disk before any sink shows it: a crash loses at most this event
 
     def close(self) -> None:
         for f in (self._log, self._cast):
             if f is not None:
                 try:
+                    f.flush()
+                    os.fsync(f.fileno())
                     f.close()
                 except OSError:
                     pass

@@ -8,12 +8,11 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from sandshell.model.actions import Action
 from sandshell.session import events as ev
 from sandshell.session.control import Control, Decision
-from sandshell.session.transcript import inert
 from sandshell.tui.buffer import UIBuffer
 from sandshell.tui.keys import ASKS, KEYS
 from sandshell.tui.widgets import (
@@ -26,6 +25,7 @@ from sandshell.tui.widgets import (
     PROMPT,
     RULE,
     WARN,
+    ApprovalBar,
     ModelLine,
     MoreBelow,
     ShellLog,
@@ -69,7 +69,7 @@ class SandshellApp(App[None]):
                 yield ShellLog(self.max_lines)
                 yield MoreBelow(id="more")
                 yield ModelLine(id="model")
-                yield Static(id="approval")
+                yield ApprovalBar(id="approval")
                 yield Input(id="ask")
             yield WorldPanel(id="world")
         yield Footer()
@@ -133,10 +133,9 @@ class SandshellApp(App[None]):
 
     def _lines(self, stream: str, lines: list[str]) -> None:
         clipped = [ln if len(ln) <= MAX_LINE_CHARS else ln[:MAX_LINE_CHARS] + "…" for ln in lines]
-        self.log_view.add_lines(ERR if stream == "stderr" else OUT, [inert(ln) for ln in clipped])
+        self.log_view.add_lines(ERR if stream == "stderr" else OUT, clipped)
 
     def _line(self, gutter: str, text: str) -> None:
-        text = inert(text)
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS] + f"… (+{len(text) - MAX_LINE_CHARS:,} chars)"
         self.log_view.add(gutter, text)
@@ -152,7 +151,7 @@ class SandshellApp(App[None]):
             self.model_text += event.text
             line = self.query_one("#model", ModelLine)
             line.add_class("active")
-            line.update(Text(inert(self.model_text[-600:])))
+            line.update(Text(self.model_text[-600:]))
         elif isinstance(event, ev.ModelReplied):
             self.model_text = ""
             self.query_one("#model", ModelLine).remove_class("active")
@@ -191,16 +190,14 @@ class SandshellApp(App[None]):
             self._line(COMMENT, a.comment)
         self._line(FILE, f"[waiting for approval] {a.summary(200)}")
         self.pending = self.approved = a
-        bar = self.query_one("#approval", Static)
-        bar.update(Text(f"approve {a.summary(200)} ?  y approve · e edit · r reject with a reason", style="bold"))
-        bar.add_class("active")
+        self.query_one(ApprovalBar).ask(a)
 
     def _decide(self, decision: Decision) -> None:
         """Answer the pending approval once (a second key press must not answer the next one)."""
         if self.pending is not None:
             self.control.decide(decision)
             self.pending = None
-            self.query_one("#approval").remove_class("active")
+            self.query_one(ApprovalBar).close()
 
     def _action(self, event: ev.ActionStarted) -> None:
         a = event.action

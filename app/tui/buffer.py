@@ -11,6 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from sandshell.inert import shown
 from sandshell.session.events import Event, ModelText, OutputChunk
 
 MAX_PARTIAL = 4096
@@ -40,6 +41,7 @@ class UIBuffer:
         self._partial: dict[str, str] = {"stdout": "", "stderr": ""}
 
     def emit(self, event: Event) -> None:
+        event = shown(event)  # the one boundary between the session and the screen
         if isinstance(event, OutputChunk) and self._pending_chars > BACKPRESSURE:
             # Let the screen catch up: the session thread waits (and frees the GIL for the UI), the
             # socket fills, and the flooding command blocks on its write inside the container.

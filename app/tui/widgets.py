@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Log, Static
 
-from sandshell.session.transcript import inert
+from sandshell.model.actions import Action
 
 
 class StatusBar(Static):
@@ -73,8 +73,8 @@ class WorldPanel(VerticalScroll):
             body = values.get(key, "").strip() or "(empty)"
             if len(body) > 1500:
                 body = body[:1500] + "…"
-            self.query_one(f"#{key}-body", Static).update(Text(inert(body)))
-        self.query_one("#problems", Static).update(Text("\n".join(inert(p) for p in problems)))
+            self.query_one(f"#{key}-body", Static).update(Text(body))
+        self.query_one("#problems", Static).update(Text("\n".join(problems)))
 
 
 class ModelLine(Static):
@@ -158,6 +158,40 @@ class ShellLog(Log):
     def on_resize(self) -> None:
         if self.following:
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+
+
+class ApprovalBar(Vertical):
+    """The action waiting for approval, whole (scrollable when long), and the keys that answer it."""
+
+    MAX_CHARS = 100_000  # a 1 MiB write is shown up to here; `e` edits all of it
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="approval-scroll"):
+            yield Static(id="approval-action")
+        yield Static("y approve · e edit · r reject with a reason · ↑↓ PgUp PgDn scroll", id="approval-keys")
+
+    def ask(self, a: Action) -> None:
+        if a.kind == "bash":
+            timeout = f" (timeout {a.timeout:g} s)" if a.timeout else ""
+            text = f"run this command{timeout}?\n{a.arg}"
+        elif a.kind == "write":
+            text = f"write {len(a.content):,} characters to {a.arg}?\n{a.content}"
+        elif a.kind == "read":
+            text = f"read {a.arg}?"
+        else:
+            text = f"end the session with this result?\n{a.arg}"
+        if len(text) > self.MAX_CHARS:
+            text = text[: self.MAX_CHARS] + f"\n… {len(text) - self.MAX_CHARS:,} more characters not shown"
+        self.query_one("#approval-action", Static).update(Text(text))
+        self.add_class("active")
+        scroll = self.query_one("#approval-scroll", VerticalScroll)
+        scroll.scroll_home(animate=False)
+        scroll.focus()  # arrows and page keys scroll it; y, e and r still answer
+
+    def close(self) -> None:
+        self.remove_class("active")
+        if self.screen.focused is self.query_one("#approval-scroll"):
+            self.screen.set_focus(None)
 
 
 class MoreBelow(Static):

@@ -18,7 +18,9 @@ from .frames import FrameError, FrameReader, encode
 from .outbox import OutBuffer, Replay
 
 READ_BYTES = 64 * 1024
-REPLAY_BYTES = 4 * 1024 * 1024  # output kept for a host that reconnects mid-command
+# Output kept for a host that reconnects mid-command: more than can be in flight when the link
+# drops (the 1 MiB outbox, the sockets' buffers); while no host is there, no more is read.
+REPLAY_BYTES = 8 * 1024 * 1024
 HANDSHAKE_SECONDS = 5.0
 
 
@@ -106,7 +108,8 @@ class Channel:
             if now > deadline:
                 self._close_pending(conn, error(None, "unauthenticated", "no hello in time"))
 
-    def handshake(self, conn: socket.socket) -> None:
+    def handshake(self, conn: socket.socket) -> list[dict[str, Any] | FrameError]:
+        """Authenticate a new connection; the frames it sent after its hello, once it is the client."""
         reader, _ = self.pending[conn]
         try:
             data = conn.recv(READ_BYTES)
@@ -114,29 +117,31 @@ class Channel:
             data = b""
         if not data:
             self._close_pending(conn, None)
-            return
-        for frame in reader.feed(data):
+            return []
+        frames = reader.feed(data)
+        for i, frame in enumerate(frames):
             if isinstance(frame, FrameError) or frame.get("type") != "hello":
                 self._close_pending(conn, error(None, "unauthenticated", "send hello with the session token first"))
-                return
+                return []
             if frame.get("version") != PROTOCOL_VERSION:
                 msg = f"protocol version {frame.get('version')!r} is not {PROTOCOL_VERSION}"
                 self._close_pending(conn, error(None, "version", msg))
-                return
+                return []
             token = frame.get("token")
             if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
                 self._close_pending(conn, error(None, "unauthenticated", "wrong session token"))
-                return
-            self._promote(conn, frame.get("resume"))
-            return
+                return []
+            self._promote(conn, frame.get("resume"), reader)
+            return frames[i + 1 :]  # sent right behind the hello: not lost
+        return []
 
-    def _promote(self, conn: socket.socket, resume: Any) -> None:
+    def _promote(self, conn: socket.socket, resume: Any, reader: FrameReader) -> None:
         """Make an authenticated connection the client, replacing an older one."""
         self.sel.unregister(conn)
         self.pending.pop(conn, None)
         self.drop()
         self.client = conn
-        self.reader = FrameReader(self.max_frame)
+        self.reader = reader  # with whatever part of a frame it holds
         self.sel.register(conn, selectors.EVENT_READ, "client")
         self.send({"type": "hello", "version": PROTOCOL_VERSION, **self.hello()})
         if isinstance(resume, dict):

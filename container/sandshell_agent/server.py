@@ -181,15 +181,15 @@ class Agent:
     def serve_forever(self) -> None:
         channel, runner = self.channel, self.runner
         while True:
-            runner.watch_output(len(channel.outbuf) < OUTBUF_HIGH)
+            # No host, or a host behind: the command waits on its writes; its output is never dropped.
+            runner.watch_output(channel.client is not None and len(channel.outbuf) < OUTBUF_HIGH)
             for key, mask in self.sel.select(self._timeout(time.monotonic())):
                 what = key.data
                 if what == "accept":
                     channel.accept()
-                elif what == "pending":
-                    channel.handshake(key.fileobj)  # type: ignore[arg-type]
-                elif what == "client":
-                    for frame in channel.receive(mask):
+                elif what in ("pending", "client"):
+                    frames = channel.handshake(key.fileobj) if what == "pending" else channel.receive(mask)  # type: ignore[arg-type]
+                    for frame in frames:
                         if isinstance(frame, FrameError):
                             channel.send(error(None, frame.code, str(frame)))
                         else:

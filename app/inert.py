@@ -1,0 +1,61 @@
+"""Text from the model or the sandbox, made harmless where it reaches a person or a program.
+
+Two boundaries, one function each:
+- `inert` for what a terminal shows (the TUI, the `.cast`, stderr, the last words after quit):
+  C0 and C1 controls, DEL, lone surrogates and the bidirectional overrides that reorder what a
+  reviewer reads become visible text (`^[`, `\\x07`, `\\u202e`, `\\udc80`); newlines and tabs stay.
+  `shown(event)` applies it to every text an event carries, however deep.
+- `json_line` for what a program reads (events.jsonl): JSON whose strings keep the exact text,
+  with every control, DEL, C1 and surrogate escaped, so `cat` on it is as harmless as a reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from typing import Any, TypeVar
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# json.dumps escapes C0 itself; the rest would reach a terminal that `cat`s the file
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+T = TypeVar("T")
+
+
+def _visible(m: re.Match[str]) -> str:
+    c = m.group()
+    if c == "\x1b":
+        return "^["
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def inert(text: str) -> str:
+    """`text` with nothing a terminal would act on: controls shown as text, newlines and tabs kept."""
+    return _CONTROL.sub(_visible, text)
+
+
+def shown(value: T) -> T:
+    """A copy of an event (or any dataclass, tuple, list, dict or string) with every string inert."""
+    if isinstance(value, str):
+        return inert(value)  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: shown(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)  # type: ignore[type-var]
+    if isinstance(value, tuple | list):
+        return type(value)(shown(v) for v in value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {shown(k): shown(v) for k, v in value.items()}  # type: ignore[return-value]
+    return value
+
+
+def json_line(data: Any) -> str:
+    """One line of JSON, UTF-8 friendly, with every control and lone surrogate escaped."""
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def say(message: str) -> None:
+    """One line to the user on stderr, as `sandshell: …`, made inert (it may quote the model)."""
+    print(f"sandshell: {inert(message)}", file=sys.stderr, flush=True)
