@@ -52,17 +52,19 @@ def _settings(args: argparse.Namespace) -> Any:
     return s.replace(**{k: v for k, v in changes.items() if v is not None})
 
 
-def _rerun(folder: Path, settings: Any) -> Any:
-    from sandshell.session.replay import actions_script
+def _rerun(folder: Path, settings: Any) -> tuple[Any, Any]:
+    """Settings and a Control that run a recording again: its answers, the user's commands, hints and verdicts."""
+    from sandshell.session.rerun import RerunControl, plan
 
-    lines = actions_script(folder)
-    if not lines:
+    p = plan(folder)
+    if not p.answers:
         raise SandshellError(f"the recording in {folder} has no actions to run again")
     script = settings.path(".cache") / f"rerun-{folder.name}.jsonl"
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    say(f"re-running {len(lines)} answers from {folder}")
-    return settings.replace(backend="script", script_path=str(script))
+    script.write_text("\n".join(p.answers) + "\n", encoding="utf-8")
+    users = sum(kind == "command" for kind, _ in p.moves)
+    say(f"re-running {len(p.answers)} answers and {users} commands of yours from {folder}")
+    return settings.replace(backend="script", script_path=str(script)), RerunControl(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             from sandshell.workspace import reset
 
             return reset(assume_yes=args.yes)
-        settings = _settings(args)
+        settings, control = _settings(args), None
         if args.cmd == "rerun":
-            settings = _rerun(Path(args.folder), settings)
+            settings, control = _rerun(Path(args.folder), settings)
         if args.headless:
             from sandshell.runner import run_task
 
@@ -112,24 +114,38 @@ def main(argv: list[str] | None = None) -> int:
             goal = args.goal or settings.default_goal
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
-            result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True)
+            result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True, control=control)
             return print_result(result)
         from sandshell.tui.run import live_app, require_terminal, run_app
 
         require_terminal()
-        app = live_app(settings, goal=args.goal)
+        app = live_app(settings, goal=args.goal, control=control)
         run_app(app)
-        if app.ended is not None:
-            say(f"session {app.ended.status}" + (f": {app.ended.result}" if app.ended.result else ""))
-        return 0
+        return summary(app)
     except SandshellError as e:
         say(str(e))
         if args.headless:  # a script reading stdout gets its JSON even when the run never began
-            print_result({"status": "error", "result": None, "error": str(e), "log": []})
+            numbers = {"turns": 0, "seconds": 0.0, "tokens_in": 0, "tokens_out": 0, "session": None}
+            print_result({"status": "error", "result": None, "error": str(e), "log": [], **numbers})
         return 1
     except KeyboardInterrupt:
         say("interrupted")
         return 130
+
+
+def summary(app: Any) -> int:
+    """After the UI closed: how the session ended (its error again, whole), its numbers, its recording."""
+    e = app.ended
+    if e is None:
+        say("the session ended before it started")
+        return 1
+    say(f"session {e.status}" + (f": {e.result}" if e.result else ""))
+    if e.error:
+        say(f"why: {e.error}")
+    say(f"{e.turns} turns in {e.seconds:.0f}s · tokens in {e.tokens_in:,}, out {e.tokens_out:,}")
+    if app.recording is not None:
+        say(f"recorded in {app.recording}; watch it again with: ./start.sh replay {app.recording}")
+    return 1 if e.status == "error" else 0
 
 
 def print_result(result: dict[str, Any]) -> int:

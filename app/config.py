@@ -137,6 +137,14 @@ class Settings:
     approval: bool = _f("SANDSHELL_APPROVAL", False, "ask before each action runs")
     sessions_dir: str = _f("SANDSHELL_SESSIONS_DIR", "sessions", "where session recordings are written")
     ui_max_lines: int = _f("SANDSHELL_UI_MAX_LINES", 5000, "lines the terminal UI keeps")
+    cast_version: Literal["2", "3"] = _f(
+        "SANDSHELL_CAST_VERSION",
+        "2",
+        "asciicast version of session.cast: 2 (asciinema 2.x plays it) or 3 (asciinema 3)",
+    )
+    cast_idle_limit: float = _f(
+        "SANDSHELL_CAST_IDLE_LIMIT", 2.0, "players shorten pauses in session.cast to this many seconds (0: keep them)"
+    )
     # -- free-form llama.cpp parameters (LLAMA_<NAME>) -------------------------------------
     load_params: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
     sampling: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})

@@ -35,3 +35,12 @@ class ProtocolError(SandboxError):
 
 class ModelError(SandshellError):
     """The model could not be loaded or did not answer."""
+
+
+class ContextOverflow(ModelError):
+    """The model server refused the prompt as larger than its context window."""
+
+    def __init__(self, message: str, prompt_tokens: int = 0, n_ctx: int = 0) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx

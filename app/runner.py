@@ -17,10 +17,10 @@ from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
 from sandshell.session.events import Event, ModelReplied, ModelText, Notice, SessionEnded, Sink
-from sandshell.session.loop import Session, session_dir
+from sandshell.session.loop import Session
 from sandshell.session.recorder import Recorder
 from sandshell.session.transcript import render
-from sandshell.session.types import Outcome
+from sandshell.session.types import Outcome, session_dir
 
 LOG_LINES = 400
 
@@ -46,7 +46,8 @@ def open_session(
     """Load the model, start the sandbox and the recorder; everything is cleaned up on exit."""
     session_id = new_session_id()
     say = log or inert.say
-    recorder = Recorder(session_dir(settings, session_id), title=f"sandshell {session_id}")
+    recorder = Recorder(session_dir(settings, session_id), f"sandshell {session_id}", int(settings.cast_version),
+                        settings.cast_idle_limit)  # fmt: skip
     started = False
     try:
         model = Model(backend or make_backend(settings), settings)
@@ -101,24 +102,31 @@ def run_task(
     read_only: bool = False,
     echo: bool = False,
     backend: Backend | None = None,
+    control: Control | None = None,
 ) -> dict[str, Any]:
-    """Run one task headless; returns `{status, result, error, log}` and never raises for user errors."""
+    """Run one task headless; never raises. Returns `{status, result, error, log}` and the numbers:
+    `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
+    recording's folder, None when the session never started)."""
     log = LineLog(echo=echo)
+    folder: str | None = None
     try:
         s = settings or config.load()
-        s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)
+        s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)  # nobody is there to approve
         if read_only:
             s = s.replace(workspace_mode="ro")
-        with open_session(s, [log], Control(), goal=task, backend=backend, log=log.lines.append) as parts:
+        with open_session(s, [log], control or Control(), goal=task, backend=backend, log=log.lines.append) as parts:
+            folder = str(parts.recorder.folder)
             outcome = parts.session.run()
-            log.lines.insert(0, f"recording: {parts.recorder.folder}")
+            log.lines.insert(0, f"recording: {folder}")
     except SandshellError as e:
         outcome = Outcome("error", error=str(e))
     except KeyboardInterrupt:
         outcome = Outcome("quit", error="interrupted")
     except Exception as e:  # a bug, not a user error: still a result, never a traceback
         outcome = Outcome("error", error=f"sandshell failed unexpectedly ({type(e).__name__}: {e})")
-    return {"status": outcome.status, "result": outcome.result, "error": outcome.error, "log": log.lines}
+    o = outcome
+    numbers = {"turns": o.turns, "seconds": o.seconds, "tokens_in": o.tokens_in, "tokens_out": o.tokens_out}
+    return {"status": o.status, "result": o.result, "error": o.error, "log": log.lines, **numbers, "session": folder}
 
 
 __all__ = ["LineLog", "Parts", "open_session", "run_task"]

@@ -6,6 +6,7 @@ SANDSHELL_HOME points at a fresh temporary folder for this process and its child
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import docker
 import hypothesis
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from sandshell import config
@@ -27,9 +29,11 @@ HOME = tempfile.mkdtemp(prefix="sandshell-test-home-")
 for _name in [k for k in os.environ if k.startswith(("LLAMA_", "SANDSHELL_"))]:
     del os.environ[_name]
 os.environ["SANDSHELL_HOME"] = HOME
+# hypothesis keeps examples and caches under .hypothesis/ in the working folder: not in the checkout
+set_hypothesis_home_dir(os.path.join(HOME, "hypothesis"))
 hypothesis.settings.register_profile(
-    "sandshell", database=DirectoryBasedExampleDatabase(os.path.join(HOME, "hypothesis"))
-)  # its examples go to the temporary home, not into the checkout
+    "sandshell", database=DirectoryBasedExampleDatabase(os.path.join(HOME, "hypothesis", "examples"))
+)
 hypothesis.settings.load_profile("sandshell")
 
 
@@ -76,14 +80,15 @@ def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]
     yield
     left = [
         c
-        for c in docker_client.containers.list(all=True, filters={"label": engine.LABEL})
+        for c in docker_client.api.containers(all=True, filters={"label": engine.LABEL})
         # ours (made in this process), or orphaned by a process a test started; another live
         # session on this machine is none of the suite's business
-        if c.labels.get(engine.PID_LABEL) == str(os.getpid()) or not _alive(c.labels.get(engine.PID_LABEL, ""))
+        if (pid := (c.get("Labels") or {}).get(engine.PID_LABEL, "")) == str(os.getpid()) or not _alive(pid)
     ]
-    names = [c.name for c in left]
+    names = [(c.get("Names") or [c["Id"]])[0] for c in left]
     for c in left:
-        c.remove(force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.api.remove_container(c["Id"], force=True)
     assert not names, f"containers left behind: {names}"
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +21,8 @@ from sandshell.model.llama import default_model_path
 from sandshell.model.openai import OpenAIBackend
 from sandshell.model.turn import Model, Reply
 from sandshell.resources import fixed_system_prompt
+from sandshell.runner import run_task
+from sandshell.session.control import Control
 
 
 def _free_port() -> int:
@@ -78,3 +84,46 @@ def test_unreachable_server_is_one_sentence() -> None:
     settings = config.load(env_file=None, environ={}).replace(openai_base_url="http://127.0.0.1:9/v1")
     with pytest.raises(ModelError, match=r"cannot reach the model server at http://127\.0\.0\.1:9/v1"):
         list(OpenAIBackend(settings).stream([{"role": "user", "content": "hi"}], {}))
+
+
+def test_an_overflow_is_told_with_its_numbers_and_the_history_shrinks_to_fit(server: str, tmp_path: Path) -> None:
+    """The server holds 4,096 tokens; the settings claim 16,384; a command of the user's fills the history."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    s = config.load(env_file=None, environ={}).replace(
+        backend="openai", openai_base_url=server, openai_model="smollm2", n_ctx=16384, max_tokens=128,
+        workspace=str(ws), sessions_dir=str(tmp_path / "sessions"), intro=False,
+    )  # fmt: skip
+    backend = OpenAIBackend(s)
+    assert backend.n_ctx == 16384 and "the server did not say" in backend.description  # llama_cpp.server has no /props
+    control = Control()
+    control.take_over("seq 100000 104000")  # ~11,000 characters of output in the history before turn 1
+    out = run_task("Print the kernel version.", 120, 1, settings=s, backend=backend, control=control)
+    assert out["status"] != "error", out["error"]
+    told = [line for line in out["log"] if "overflows the model server's context" in line]
+    assert told, "\n".join(out["log"])[-3000:]
+    assert "of 4,096 tokens" in told[0] and "the history shrinks to fit 4,096 tokens" in told[0], told
+
+
+class _Props(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"default_generation_settings": {"n_ctx": 12288}}).encode()
+        self.send_response(200 if self.path == "/props" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_context_size_is_asked_of_a_llama_server() -> None:
+    """llama-server tells its n_ctx at /props (a stand-in serving only that, on 127.0.0.1)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Props)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        s = config.load(env_file=None, environ={}).replace(openai_base_url=f"http://127.0.0.1:{httpd.server_port}/v1")
+        backend = OpenAIBackend(s)
+        assert backend.n_ctx == 12288 and "from the server" in backend.description
+    finally:
+        httpd.shutdown()

@@ -166,10 +166,12 @@ def test_copied_workspace_never_touches_the_host(workspace: Path, settings: Sett
 
 def test_failed_start_leaves_nothing(workspace: Path, settings: Settings, docker_client: docker.DockerClient) -> None:
     bad = settings.replace(memory="not-a-size")
-    before = {c.id for c in docker_client.containers.list(all=True, filters={"label": "sandshell.session"})}
+    before = {
+        c.id for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "sandshell.session"})
+    }
     with pytest.raises(Exception, match=r"(?i)sandbox|memory|invalid"), Sandbox(workspace=workspace, settings=bad):
         pass
-    after = {c.id for c in docker_client.containers.list(all=True, filters={"label": "sandshell.session"})}
+    after = {c.id for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "sandshell.session"})}
     assert after <= before
 
 

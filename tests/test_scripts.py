@@ -87,12 +87,14 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["type"] for r in records][-2:] == ["ActionStarted", "OutputChunk"]
     mine = {"label": f"{engine.LABEL}={log.parent.name}"}  # this session's container, not another's
-    assert docker_client.containers.list(all=True, filters=mine), "the orphan should be there before the next start"
+    assert docker_client.containers.list(all=True, sparse=True, filters=mine), (
+        "the orphan should be there before the next start"
+    )
     prepared = subprocess.run([sys.executable, "-m", "sandshell.cli", "prepare"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
     assert prepared.returncode == 0, prepared.stderr
     assert f"removed leftover container sandshell-{log.parent.name}" in prepared.stderr
-    assert not docker_client.containers.list(all=True, filters=mine)
+    assert not docker_client.containers.list(all=True, sparse=True, filters=mine)
     assert (workspace / "data").read_text() == "intact"
 
 

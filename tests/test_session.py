@@ -6,17 +6,20 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from sandshell import config
 from sandshell.config import Settings
+from sandshell.model.actions import Action
 from sandshell.model.script import ScriptBackend
 from sandshell.runner import open_session, run_task
 from sandshell.session import events
 from sandshell.session.control import Control, Decision
-from sandshell.session.replay import actions_script, load
+from sandshell.session.replay import load
+from sandshell.session.rerun import plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,6 +68,16 @@ def test_failed_command_shows_exit_code_and_error_to_the_model(s: Settings) -> N
     _, _, context, _ = run(s, script({"bash": "ls /nope"}, {"done": "x"}))
     observation = context.turns[0].observation()
     assert "[exit 2]" in observation and "No such file or directory" in observation
+
+
+def test_bad_reads_and_writes_are_told_to_the_model_and_the_session_goes_on(s: Settings) -> None:
+    steps = [{"read": "/app/nope"}, {"read": "/app/" + "x" * 5000}, {"read": "/etc"},
+             {"write": "/proc/x", "content": "x"}, {"read": "/app/a\x00b"}, {"done": "still here"}]  # fmt: skip
+    outcome, _, context, _ = run(s, script(*steps))
+    assert outcome.status == "done" and outcome.result == "still here"
+    seen = "\n".join(t.observation() for t in context.turns)
+    assert "No such file" in seen and "at most 4096 characters" in seen and "directory" in seen.lower()
+    assert "write /proc/x:" in seen
 
 
 def test_step_limit(s: Settings) -> None:
@@ -139,11 +152,38 @@ def test_recording_is_an_ordered_event_log_and_a_valid_cast(s: Settings) -> None
     lines = (folder / "session.cast").read_text().splitlines()
     header = json.loads(lines[0])
     assert header["version"] == 2 and header["width"] > 0 and header["height"] > 0
-    frames = [json.loads(line) for line in lines[1:]]
-    assert all(f[1] == "o" for f in frames) and [f[0] for f in frames] == sorted(f[0] for f in frames)
+    assert header["idle_time_limit"] == s.cast_idle_limit  # a long wait does not play as dead time
+    events_ = [json.loads(line) for line in lines[1:]]
+    assert [f[0] for f in events_] == sorted(f[0] for f in events_)
+    assert [f[2] for f in events_ if f[1] == "m"] == ["$ printf 'a\\033]0;pwned\\007b\\n'"]  # one marker a command
+    frames = [f for f in events_ if f[1] == "o"]
     text = "".join(f[2] for f in frames)
     assert "^[]0;pwned" in text and "\x1b]0;pwned" not in text  # the model's escape is shown, not run
-    assert actions_script(folder) == ['[{"bash": "printf \'a\\\\033]0;pwned\\\\007b\\\\n\'"}]', '[{"done": "ok"}]']
+    assert plan(folder).answers == ['[{"bash": "printf \'a\\\\033]0;pwned\\\\007b\\\\n\'"}]', '[{"done": "ok"}]']
+
+
+def test_the_cast_plays_in_asciinema_and_v3_is_an_option(s: Settings) -> None:
+    import pexpect
+
+    answers = ({"bash": "echo first-command"}, {"bash": "sleep 5; echo after-a-wait"}, {"done": "ok"})
+    _, _, _, folder = run(s, script(*answers))
+    player = str(Path(sys.executable).parent / "asciinema")
+    start = time.monotonic()
+    child = pexpect.spawn(player, ["play", str(folder / "session.cast")], encoding="utf-8", timeout=60,
+                          dimensions=(36, 120))  # fmt: skip
+    child.expect("first-command")
+    child.expect("after-a-wait")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert time.monotonic() - start < 4.5  # the 5 s wait was played as 2 s (idle_time_limit)
+    _, _, _, folder3 = run(s.replace(cast_version="3"), script(*answers))
+    lines = (folder3 / "session.cast").read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["version"] == 3 and header["term"]["cols"] > 0 and header["idle_time_limit"] == 2.0
+    intervals = [json.loads(line)[0] for line in lines[1:]]
+    assert all(i >= 0 for i in intervals) and max(intervals) >= 4.9  # v3 stores the time since the last event
+    assert sum(json.loads(line)[1] == "m" for line in lines[1:]) == 2
 
 
 def test_run_task_returns_status_result_error_log(s: Settings, tmp_path: Path) -> None:
@@ -217,6 +257,43 @@ def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None
     assert (Path(s.workspace) / "marker").read_text() == "again\n"
 
 
+def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Settings, tmp_path: Path) -> None:
+    control = Control(approval=True)
+
+    class User:  # approves, edits, rejects; takes over and hints between turns
+        def emit(self, event: object) -> None:
+            if isinstance(event, events.ApprovalNeeded):
+                arg = event.action.arg
+                if "first" in arg:
+                    control.take_over("echo mine >> /app/log")
+                    control.hint("look at /app/log")
+                    control.decide(Decision("approve"))
+                elif "second" in arg:
+                    control.decide(Decision("edit", action=Action("bash", "echo edited >> /app/log")))
+                else:
+                    control.decide(Decision("reject", reason="not that"))
+
+    steps = [{"bash": "echo first >> /app/log"}, {"bash": "echo second >> /app/log"},
+             {"bash": "echo rejected >> /app/log; touch /app/must-not-exist"}, {"done": "ok"}]  # fmt: skip
+    with open_session(s, [User()], control, backend=script(*steps)) as parts:
+        assert parts.session.run().status == "done"
+        folder = parts.recorder.folder
+    log = Path(s.workspace) / "log"
+    first = log.read_text()
+    assert first == "first\nmine\nedited\n" and not (Path(s.workspace) / "must-not-exist").exists()
+    log.unlink()
+    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
+           "LLAMA_INTRO": "false"}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert out["status"] == "done", out
+    assert log.read_text() == first  # the same commands, the user's among them, in the same order
+    assert not (Path(s.workspace) / "must-not-exist").exists()
+    text = "\n".join(out["log"])
+    assert "[the user rejected this action: not that]" in text and "hint sent: look at /app/log" in text
+
+
 @pytest.mark.model
 def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> None:
     env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
@@ -237,3 +314,58 @@ def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> N
     assert result["status"] in ("done", "max_steps", "stuck") and proc.returncode == (result["status"] != "done")
     assert any(line.startswith("model: [") for line in result["log"])  # the model answered with actions
     assert "SmolLM2-135M-Instruct" in proc.stderr
+
+
+class SlowScript(ScriptBackend):
+    """Writes its answers a character every 20 ms, as a slow model would."""
+
+    def stream(self, messages, params):  # type: ignore[no-untyped-def]
+        for item in super().stream(messages, params):
+            if isinstance(item, str):
+                for ch in item:
+                    time.sleep(0.02)
+                    yield ch
+            else:
+                yield item
+
+
+def test_pause_stops_the_answer_being_written_and_resume_asks_again(s: Settings) -> None:
+    control = Control()
+    seen: list[tuple[float, object]] = []
+
+    class PauseAtFirstToken:
+        def emit(self, event: object) -> None:
+            seen.append((time.monotonic(), event))
+            if isinstance(event, events.ModelText) and sum(isinstance(e, events.ModelText) for _, e in seen) == 1:
+                control.pause()
+                threading.Timer(0.5, control.resume).start()
+
+    backend = SlowScript([json.dumps({"bash": "echo " + "x" * 60}), json.dumps({"done": "ok"})])
+    with open_session(s, [PauseAtFirstToken()], control, goal="t", backend=backend) as parts:
+        outcome = parts.session.run()
+    assert outcome.status == "done" and outcome.turns == 2  # the dropped answer is not a turn
+    paused_at = next(t for t, e in seen if isinstance(e, events.ModelText))
+    dropped_at = next(t for t, e in seen if isinstance(e, events.Notice) and "unfinished answer was dropped" in e.text)
+    assert dropped_at - paused_at < 0.2  # at once, not after the ~1.5 s the answer takes to write
+    assert sum("x" * 60 in getattr(e, "text", "") for _, e in seen if isinstance(e, events.ModelReplied)) == 1
+
+
+def test_what_the_user_typed_is_never_dropped_silently(s: Settings) -> None:
+    control = Control()
+
+    class TypeThenQuit:
+        def emit(self, event: object) -> None:
+            if isinstance(event, events.ActionStarted) and not event.by_user:
+                control.take_over("echo too-late")
+                control.hint("too late as well")
+                control.quit()
+
+    sink = Collect()
+    with open_session(
+        s, [TypeThenQuit(), sink], control, backend=script({"bash": "sleep 0.2"}, {"done": "x"})
+    ) as parts:
+        outcome = parts.session.run()
+    notices = [n.text for n in sink.of(events.Notice)]
+    assert outcome.status == "quit"
+    assert "not run, the session had ended: echo too-late" in notices
+    assert "not sent, the session had ended: hint too late as well" in notices

@@ -53,7 +53,7 @@ def only_session(tmp_path: Path) -> Path:
 def assert_cleaned_up(tmp_path: Path) -> None:
     """The container is gone, the recording ends with its end event, and nothing was written into the checkout."""
     folder = only_session(tmp_path)
-    left = docker.from_env().containers.list(all=True, filters={"label": f"{engine.LABEL}={folder.name}"})
+    left = docker.from_env().containers.list(all=True, sparse=True, filters={"label": f"{engine.LABEL}={folder.name}"})
     assert not left, "start.sh left its container behind"
     last = json.loads((folder / "events.jsonl").read_text().splitlines()[-1])
     assert last["type"] == "SessionEnded"

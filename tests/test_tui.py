@@ -126,12 +126,16 @@ async def test_edit_changes_a_reads_path_and_a_writes_content(workspace: Path, t
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.pending is not None and app.pending.kind == "write")
         await pilot.press("e")
-        assert box.value == "old" and "content" in box.placeholder  # type: ignore[attr-defined]
-        box.value = "new"  # type: ignore[attr-defined]
-        await pilot.press("enter")
+        assert box.value == "/app/c" and "path" in box.placeholder  # type: ignore[attr-defined]
+        box.value = "/app/d"  # type: ignore[attr-defined]
+        await pilot.press("enter")  # then the content, in a multi-line editor
+        area = app.query_one("#content")
+        assert area.has_focus and area.text == "old"  # type: ignore[attr-defined]
+        area.text = "new\nsecond line"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: app.ended is not None)
         assert "◆ read /app/b\n· → read 7 bytes" in log_text(app)
-        assert (workspace / "c").read_text() == "new"
+        assert (workspace / "d").read_text() == "new\nsecond line" and not (workspace / "c").exists()
         await pilot.press("q")
 
 
@@ -189,14 +193,14 @@ def test_snapshot_replayed_session(snap_compare: Callable[..., bool]) -> None:
     assert snap_compare(replay_app(RECORDING, speed=100.0), terminal_size=SIZE, run_before=finish)
 
 
-def test_snapshot_hint_input(snap_compare: Callable[..., bool]) -> None:
-    async def open_hint(pilot: object) -> None:
+def test_snapshot_help_screen(snap_compare: Callable[..., bool]) -> None:
+    async def open_help(pilot: object) -> None:
         app = pilot.app  # type: ignore[attr-defined]
         await wait_for(pilot, lambda: app.ended is not None)
-        await pilot.press("h", *"try uname -a")  # type: ignore[attr-defined]
+        await pilot.press("question_mark")  # type: ignore[attr-defined]
         await pilot.pause(0.2)  # type: ignore[attr-defined]
 
-    assert snap_compare(replay_app(RECORDING, speed=100.0), terminal_size=SIZE, run_before=open_hint)
+    assert snap_compare(replay_app(RECORDING, speed=100.0), terminal_size=SIZE, run_before=open_help)
 
 
 async def test_the_log_follows_while_the_pane_shrinks_and_waits_when_scrolled_up(
@@ -249,3 +253,57 @@ async def test_the_approval_bar_shows_the_whole_action(workspace: Path, tmp_path
         await pilot.press("y")
         await wait_for(pilot, lambda: app.ended is not None)
     assert (workspace / "notes.md").read_text() == content
+
+
+def shown_keys(app: SandshellApp) -> set[str]:
+    """The actions the footer offers now (check_action hides those that do not apply)."""
+    return {b.binding.action for b in app.screen.active_bindings.values() if b.binding.show}
+
+
+async def test_every_key_in_every_state(workspace: Path, tmp_path: Path) -> None:
+    s = settings_for(workspace, tmp_path, {"bash": "echo one"}, {"bash": "sleep 1"}, {"bash": "sleep 1.1"},
+                     {"done": "x"}, approval=True)  # fmt: skip
+    app = live_app(s)
+    steering = {"pause", "approval", "hint", "take_over"}
+    async with app.run_test(size=SIZE) as pilot:
+        status = app.query_one(StatusBar)
+        await wait_for(pilot, lambda: app.pending is not None)  # awaiting approval
+        assert {"approve", "edit", "reject", "help", "quit_session"} | steering <= shown_keys(app)
+        assert "step" not in shown_keys(app)
+        assert "APPROVAL" in str(status.render()) and "waiting for approval" in str(status.render())
+        await pilot.pause(0.1)
+        drawn = " ".join(str(k.render()) for k in app.query("FooterKey"))
+        assert "Approve" in drawn and "Quit" in drawn  # the footer is drawn, not blank
+        await pilot.press("t", *"echo typed-while-waiting", "enter")  # queued behind the approval
+        await pilot.press("a")  # approval mode off: the bar says so at once
+        assert "APPROVAL" not in str(status.render())
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.pending is None)
+        assert not {"approve", "edit", "reject"} & shown_keys(app)
+        await pilot.press("p")  # paused: step appears
+        assert "step" in shown_keys(app) and status.state == "paused"
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.ended is not None)
+        await pilot.pause(0.1)
+        assert not (steering | {"step"}) & shown_keys(app)  # done: nothing steers a finished session
+        assert {"help", "quit_session"} <= shown_keys(app)
+        await pilot.press("p", "t")
+        assert status.state.startswith("session ") and not app.query_one("#ask").has_class("active")
+        await pilot.press("question_mark")
+        assert app.screen.__class__.__name__ == "HelpScreen"
+        await pilot.press("escape")
+        assert app.screen.__class__.__name__ != "HelpScreen"
+        text = log_text(app)
+        assert "echo typed-while-waiting   (you)" in text or "not run, the session had ended" in text
+        await pilot.press("q")
+
+
+async def test_replay_hides_the_keys_that_steer(tmp_path: Path) -> None:
+    app = replay_app(RECORDING, speed=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        keys = shown_keys(app)
+        assert "pause" in keys and not {"hint", "take_over", "approval", "step", "approve"} & keys
+        await pilot.press("h", "t")
+        assert not app.query_one("#ask").has_class("active")
+        await pilot.press("q")

@@ -41,11 +41,11 @@ class ScriptBackend:
         start = time.perf_counter()
         if self.index < len(self.lines):
             line = self.lines[self.index].strip()
-            self.index += 1
         else:
             line = json.dumps([{"done": "the script has no more actions"}])
         text = line if line.startswith("[") else f"[{line}]"
         yield text
+        self.index += 1  # only an answer taken whole counts: one dropped by a pause is given again
         yield Stats(
             prompt_tokens=self.count(messages),
             completion_tokens=max(1, len(text) // 4),

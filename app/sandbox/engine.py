@@ -42,20 +42,21 @@ def _alive(pid: int) -> bool:
 
 
 def reap(c: docker.DockerClient) -> list[str]:
-    """Remove sandshell containers whose host process is gone (or that have stopped); returns their names."""
+    """Remove sandshell containers whose host process is gone (or that have stopped); returns their names.
+
+    One list call, no per-container inspect: another session's container may vanish meanwhile."""
     removed = []
     here = socket.gethostname()
-    for container in c.containers.list(all=True, filters={"label": [LABEL, PID_LABEL, HOST_LABEL]}):
-        labels = container.labels  # all three: only a session's container carries them
+    for listed in c.api.containers(all=True, filters={"label": [LABEL, PID_LABEL, HOST_LABEL]}):
+        labels = listed.get("Labels") or {}  # all three: only a session's container carries them
         pid = labels.get(PID_LABEL, "")
         owner_gone = labels.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid))
-        orphan = owner_gone or container.status in ("exited", "dead")
-        if orphan:
+        if owner_gone or listed.get("State") in ("exited", "dead"):
             try:
-                container.remove(force=True)
-                removed.append(container.name)
+                c.api.remove_container(listed["Id"], force=True)
+                removed.append((listed.get("Names") or [listed["Id"][:12]])[0].lstrip("/"))
             except docker.errors.APIError:
-                pass
+                pass  # gone already, or being removed by its owner
     return removed
 
 

@@ -27,6 +27,7 @@ class Control:
         self._running = threading.Event()
         self._running.set()
         self._step = threading.Event()
+        self._granted = False
         self._quit = threading.Event()
         self._hints: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -79,6 +80,11 @@ class Control:
     def quitting(self) -> bool:
         return self._quit.is_set()
 
+    @property
+    def holding(self) -> bool:
+        """Paused, and not in a turn the user let run with a step."""
+        return not self._running.is_set() and not self._granted
+
     def next_move(self, timeout: float = 0.25) -> str:
         """What the session should do now: "quit", "commands" (the user typed some), "turn" or "idle"."""
         with self._wake:
@@ -88,6 +94,7 @@ class Control:
                 if not self._commands.empty():
                     return "commands"
                 if self._running.is_set() or self._step.is_set():
+                    self._granted = self._step.is_set()  # a step lets one whole turn run while paused
                     self._step.clear()
                     return "turn"
                 self._wake.wait(timeout)

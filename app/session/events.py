@@ -111,6 +111,8 @@ class SessionEnded:
     error: str | None
     turns: int
     seconds: float
+    tokens_in: int = 0  # prompt tokens evaluated (not counting those reused from the cache)
+    tokens_out: int = 0
 
 
 Event = (

@@ -6,34 +6,19 @@ No Textual here: the loop emits events to sinks (the TUI, the headless runner, t
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from sandshell.config import Settings
-from sandshell.errors import SandshellError
+from sandshell.errors import ContextOverflow, ModelError, SandshellError
 from sandshell.model import actions
 from sandshell.model.actions import Action
 from sandshell.model.context import Context, Step, Turn, brief_command, cut, observe_command
 from sandshell.model.turn import Model, Reply
 from sandshell.model.types import Stats
 from sandshell.sandbox.protocol import Result
+from sandshell.session import events as ev
 from sandshell.session.control import Control
-from sandshell.session.events import (
-    ActionFinished,
-    ActionStarted,
-    ApprovalNeeded,
-    Event,
-    ModelReplied,
-    ModelText,
-    Notice,
-    OutputChunk,
-    Phase,
-    SessionEnded,
-    SessionStarted,
-    Sink,
-    TurnStarted,
-)
-from sandshell.session.types import Outcome, SandboxLike
+from sandshell.session.types import Outcome, SandboxLike, public_settings
 from sandshell.session.world import World
 
 INTRO = [
@@ -50,7 +35,7 @@ class Session:
         settings: Settings,
         sandbox: SandboxLike,
         model: Model,
-        sinks: list[Sink],
+        sinks: list[ev.Sink],
         control: Control | None = None,
         session_id: str = "session",
         goal: str | None = None,
@@ -72,8 +57,9 @@ class Session:
         self.bad_answers = 0
         self.finished: str | None = None
         self.started = 0.0
+        self.tokens_in = self.tokens_out = 0
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: ev.Event) -> None:
         """Give the event to every sink; a sink's failure (a full disk) is raised after all have it."""
         failure: SandshellError | None = None
         for sink in self.sinks:
@@ -86,12 +72,12 @@ class Session:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> Outcome:
-        """Run until done, a limit, a stuck model or quit; always ends with SessionEnded."""
+        """Run until done, a limit, a stuck model or quit; always ends with ev.SessionEnded."""
         name = getattr(self.model.backend, "description", self.model.backend.name)
         s = self.settings
         self.started = time.monotonic()
         try:
-            self.emit(SessionStarted(self.session_id, name, s.profile, s.workspace, _public(s)))
+            self.emit(ev.SessionStarted(self.session_id, name, s.profile, s.workspace, public_settings(s)))
             if self.settings.intro:
                 self._intro()
             outcome = self._loop()
@@ -100,9 +86,12 @@ class Session:
         except KeyboardInterrupt:
             outcome = Outcome("quit", error="interrupted")
         outcome.turns, outcome.seconds = self.turns, round(time.monotonic() - self.started, 2)
+        outcome.tokens_in, outcome.tokens_out = self.tokens_in, self.tokens_out
+        o = outcome
         try:
-            self.emit(Phase("done"))
-            self.emit(SessionEnded(outcome.status, outcome.result, outcome.error, outcome.turns, outcome.seconds))
+            self._undelivered()
+            self.emit(ev.Phase("done"))
+            self.emit(ev.SessionEnded(o.status, o.result, o.error, o.turns, o.seconds, o.tokens_in, o.tokens_out))
         except SandshellError:
             pass  # a sink that already failed (the recorder, on a full disk) said so in the outcome
         return outcome
@@ -122,7 +111,7 @@ class Session:
                 self._user_commands()
             elif move == "idle":
                 if not paused:  # one event a pause, not one at each wake-up while it lasts
-                    self.emit(Phase("paused"))
+                    self.emit(ev.Phase("paused"))
             else:
                 self.turn()
             paused = move == "idle"
@@ -145,14 +134,13 @@ class Session:
         for hint in self.control.hints():
             self._hint(hint)
         params, system = self._read_state()
-        # The opening never changes within a session, so the prompt's prefix (and the KV cache) holds.
-        messages, used = self.context.messages(system, f"Begin. The shell is ready: {OPENING_PROMPT}")
-        self.emit(TurnStarted(self.turns, used, self.context.limit, self.context.n_ctx, self.context.dropped))
-        self.emit(Phase("thinking"))
-        reply = self._ask(messages, params)
+        reply = self._answer(system, params)
+        if reply is None:  # paused while it was written: the turn is asked again on resume
+            self.turns -= 1
+            return
         turn = Turn(answer=reply.text if reply.error else actions.dumps(reply.actions), notes=list(reply.notes))
         for note in reply.notes:
-            self.emit(Notice("warning", note))
+            self.emit(ev.Notice("warning", note))
         if reply.error:
             self.bad_answers += 1
             turn.notes.append(f"Your answer was not valid: {reply.error}. Answer with a JSON list of actions.")
@@ -169,17 +157,47 @@ class Session:
                 self.finished = action.arg
                 break
 
-    def _ask(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Reply:
-        reply = Reply("", error="no answer")
+    def _answer(self, system: str, params: dict[str, Any]) -> Reply | None:
+        """Ask the model; a server that says the prompt overflows its context is asked again, shorter."""
+        for _ in range(3):
+            # The opening never changes within a session, so the prompt's prefix (and the KV cache) holds.
+            messages, used = self.context.messages(system, f"Begin. The shell is ready: {OPENING_PROMPT}")
+            self.emit(ev.TurnStarted(self.turns, used, self.context.limit, self.context.n_ctx, self.context.dropped))
+            self.emit(ev.Phase("thinking"))
+            try:
+                return self._ask(messages, params)
+            except ContextOverflow as e:
+                fits = e.n_ctx if 0 < e.n_ctx < self.context.n_ctx else int(self.context.n_ctx * 0.75)
+                self.context.n_ctx = max(fits, 2 * self.context.max_tokens + self.context.margin + 128)
+                self.emit(ev.Notice("warning", f"{e}; the history shrinks to fit {self.context.n_ctx:,} tokens"))
+        raise ModelError("the prompt still overflows the model server's context; set LLAMA_N_CTX to its size")
+
+    def _ask(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Reply | None:
+        """The model's answer; None when the user paused while it was being written (it is dropped)."""
+        reply, written = Reply("", error="no answer"), ""
         for item in self.model.turn(messages, params):
             if isinstance(item, Reply):
                 reply = item
             else:
-                self.emit(ModelText(item))
+                written += item
+                self.emit(ev.ModelText(item))
             if self.control.quitting:
                 break
-        self.emit(ModelReplied(reply.text, tuple(reply.actions), reply.error, reply.stats))
+            if self.control.holding:  # pause stops the generation at once; resume asks again
+                self.emit(ev.ModelReplied(written, (), None, Stats()))
+                self.emit(ev.Notice("info", "paused: the unfinished answer was dropped; resuming asks the model again"))
+                return None
+        self.tokens_in += reply.stats.prompt_tokens - reply.stats.cached_tokens
+        self.tokens_out += reply.stats.completion_tokens
+        self.emit(ev.ModelReplied(reply.text, tuple(reply.actions), reply.error, reply.stats))
         return reply
+
+    def _undelivered(self) -> None:
+        """What the user typed that the session ended before running: said, never dropped silently."""
+        for command in self.control.user_commands():
+            self.emit(ev.Notice("warning", f"not run, the session had ended: {command}"))
+        for hint in self.control.hints():
+            self.emit(ev.Notice("warning", f"not sent, the session had ended: hint {hint}"))
 
     # -- the model's world ------------------------------------------------------------------
     def _read_state(self) -> tuple[dict[str, Any], str]:
@@ -189,36 +207,36 @@ class Session:
             self.emit(reading.change)
         for problem in reading.new_problems:
             self._tell(problem)
-            self.emit(Notice("warning", problem))
+            self.emit(ev.Notice("warning", problem))
         return reading.params, reading.system
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, action: Action, by_user: bool = False) -> Step:
         if self.control.approval and not by_user and action.kind != "done":
-            self.emit(Phase("approval"))
-            self.emit(ApprovalNeeded(action, self.prompt_line))
+            self.emit(ev.Phase("approval"))
+            self.emit(ev.ApprovalNeeded(action, self.prompt_line))
             decision = self.control.await_decision()
             if decision.verdict == "reject":
                 text = f"[the user rejected this action: {decision.reason or 'no reason given'}]"
-                self.emit(ActionFinished(action, text, ok=False))
+                self.emit(ev.ActionFinished(action, text, ok=False))
                 return Step(action, f"{action.summary(200)}\n{text}", f"{action.summary()} -> rejected", failed=True)
             if decision.verdict == "edit" and decision.action is not None:
-                self.emit(Notice("info", f"the user edited the action to: {decision.action.summary()}"))
+                self.emit(ev.Notice("info", f"the user edited the action to: {decision.action.summary()}"))
                 action = decision.action
-        self.emit(Phase("running"))
-        self.emit(ActionStarted(action, self.prompt_line, by_user=by_user))
+        self.emit(ev.Phase("running"))
+        self.emit(ev.ActionStarted(action, self.prompt_line, by_user=by_user))
         limit = self.context.observation_chars
         if action.kind == "bash":
             result = self._run(action)
             self.prompt_line = result.prompt()
-            self.emit(ActionFinished(action, result.status_line(), result, ok=result.ok))
+            self.emit(ev.ActionFinished(action, result.status_line(), result, ok=result.ok))
             return Step(action, observe_command(result, limit), brief_command(result), failed=not result.ok)
         if action.kind == "read":
             f = self.sandbox.read_file(action.arg)
             ok = f.content is not None
             body = cut(f.content or "", limit) if ok else f"error: {f.error}"
             summary = f"read {f.size:,} bytes" + (" (truncated)" if f.truncated else "") if ok else f"{f.error}"
-            self.emit(ActionFinished(action, summary, ok=ok))
+            self.emit(ev.ActionFinished(action, summary, ok=ok))
             return Step(action, f"read {action.arg}:\n{body}", f"read {action.arg} -> {summary}", failed=not ok)
         if action.kind == "write":
             try:
@@ -226,13 +244,13 @@ class Session:
                 summary, ok = f"wrote {size:,} bytes", True
             except SandshellError as e:
                 summary, ok = str(e), False
-            self.emit(ActionFinished(action, summary, ok=ok))
+            self.emit(ev.ActionFinished(action, summary, ok=ok))
             return Step(action, f"write {action.arg}: {summary}", f"write {action.arg} -> {summary}", failed=not ok)
-        self.emit(ActionFinished(action, "finished"))
+        self.emit(ev.ActionFinished(action, "finished"))
         return Step(action, f"done: {action.arg}", "done")
 
     def _run(self, action: Action) -> Result:
-        return self.sandbox.execute(action.arg, action.timeout, lambda o: self.emit(OutputChunk(o.stream, o.data)))
+        return self.sandbox.execute(action.arg, action.timeout, lambda o: self.emit(ev.OutputChunk(o.stream, o.data)))
 
     def _note_repeat(self, action: Action, turn: Turn) -> None:
         key = action.key()
@@ -245,7 +263,7 @@ class Session:
                 "Try something else."
             )
             turn.notes.append(note)
-            self.emit(Notice("warning", f"the model repeats itself ({n}x): {action.summary()}"))
+            self.emit(ev.Notice("warning", f"the model repeats itself ({n}x): {action.summary()}"))
 
     def _user_commands(self) -> None:
         """Commands the user typed (take over): run them, and let the model see them."""
@@ -257,7 +275,7 @@ class Session:
 
     def _hint(self, text: str) -> None:
         self._tell(f"A hint from the user: {text}")
-        self.emit(Notice("info", f"hint sent: {text}"))
+        self.emit(ev.Notice("info", f"hint sent: {text}"))
 
     def _tell(self, note: str) -> None:
         """Put a note where the model reads it next: after the last turn's observations."""
@@ -271,19 +289,6 @@ class Session:
         intro = [a for a in INTRO if not (self.goal_override and a.arg == "/app/goal")]
         turn = Turn(answer=actions.dumps(intro))
         self.context.turns.append(turn)
-        self.emit(ModelReplied(turn.answer, tuple(intro), None, Stats()))
+        self.emit(ev.ModelReplied(turn.answer, tuple(intro), None, Stats()))
         for action in intro:
             turn.steps.append(self._act(action))
-
-
-def _public(settings: Settings) -> dict[str, Any]:
-    """Settings worth recording (no API keys)."""
-    import dataclasses
-
-    out = dataclasses.asdict(settings)
-    out.pop("openai_api_key", None)
-    return out
-
-
-def session_dir(settings: Settings, session_id: str) -> Path:
-    return settings.path(settings.sessions_dir) / session_id

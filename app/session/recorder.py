@@ -1,8 +1,10 @@
-"""Recording a session: a JSON-lines event log and an asciicast v2 `.cast` file.
+"""Recording a session: a JSON-lines event log and an asciicast `.cast` file (v2, or v3 as an option).
 
 The log is the record: each event is fsynced before any other sink sees it, so what was shown
 was on disk first (a crash loses at most the event being written). The `.cast` is a view of
 the log for players; it is flushed per event and synced at most once a second, and at close.
+Its header asks players to shorten long pauses (`idle_time_limit`), and each command starts
+with a marker event, so a player can jump from command to command.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sandshell.errors import SandshellError
-from sandshell.inert import json_line
+from sandshell.inert import json_line, shown
 from sandshell.session import events as ev
 from sandshell.session.transcript import render
 
@@ -36,23 +38,27 @@ def to_json(event: ev.Event) -> dict[str, Any]:
 class Recorder:
     """A sink that writes `events.jsonl` and `session.cast` into a session folder."""
 
-    def __init__(self, folder: Path, title: str = "sandshell") -> None:
+    def __init__(self, folder: Path, title: str = "sandshell", version: int = 2, idle_limit: float = 2.0) -> None:
         self.folder = folder
         self.started = time.monotonic()
         self.failed: str | None = None
+        self.version = version
         self._cast_due = 0.0
+        self._last_t = 0.0  # v3 writes the time since the previous event
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._log: IO[str] | None = open(folder / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
             self._cast: IO[str] | None = open(folder / "session.cast", "w", encoding="utf-8")  # noqa: SIM115
-            header = {
-                "version": 2,
-                "width": CAST_WIDTH,
-                "height": CAST_HEIGHT,
-                "timestamp": int(time.time()),
-                "title": title,
-                "env": {"SHELL": "/bin/bash", "TERM": "xterm-256color"},
-            }
+            env = {"SHELL": "/bin/bash", "TERM": "xterm-256color"}
+            size: dict[str, Any] = {"width": CAST_WIDTH, "height": CAST_HEIGHT, "env": env}
+            if version == 3:
+                size = {
+                    "term": {"cols": CAST_WIDTH, "rows": CAST_HEIGHT, "type": env["TERM"]},
+                    "env": {"SHELL": "/bin/bash"},
+                }
+            header = {"version": version, **size, "timestamp": int(time.time()), "title": title}
+            if idle_limit:
+                header["idle_time_limit"] = idle_limit
             self._write(self._cast, json.dumps(header))
         except OSError as e:
             raise RecordingError(_sentence(folder, e)) from None
@@ -65,15 +71,23 @@ class Recorder:
             assert self._log is not None and self._cast is not None
             self._write(self._log, json_line({"t": t, **to_json(event)}), sync=True)
             text = render(event, color=True)
+            if isinstance(event, ev.ActionStarted) and event.action.kind != "done":  # jump from action to action
+                self._cast_event(t, "m", shown(event.action.summary(60)))
             if text:
-                due = time.monotonic() >= self._cast_due  # the .cast is a view of the log: synced once a second
-                self._write(self._cast, json_line([t, "o", text.replace("\n", "\r\n")]), sync=due)
-                if due:
-                    self._cast_due = time.monotonic() + CAST_SYNC_SECONDS
+                self._cast_event(t, "o", text.replace("\n", "\r\n"))
         except OSError as e:
             self.failed = _sentence(self.folder, e)
             self.close()
             raise RecordingError(self.failed) from None
+
+    def _cast_event(self, t: float, code: str, data: str) -> None:
+        assert self._cast is not None
+        stamp = round(t - self._last_t, 4) if self.version == 3 else t
+        self._last_t = t
+        due = time.monotonic() >= self._cast_due  # the .cast is a view of the log: synced once a second
+        self._write(self._cast, json_line([stamp, code, data]), sync=due)
+        if due:
+            self._cast_due = time.monotonic() + CAST_SYNC_SECONDS
 
     @staticmethod
     def _write(f: IO[str], line: str, sync: bool = True) -> None:

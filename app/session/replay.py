@@ -97,14 +97,3 @@ def play(folder: Path, sink: ev.Sink, control: Control, speed: float = 1.0) -> N
         if wait > 0:
             time.sleep(min(wait, 5.0))  # long idle gaps are shortened
         sink.emit(event)
-
-
-def actions_script(folder: Path) -> list[str]:
-    """The model's answers in a recording, one JSON list a line: input for the script backend."""
-    lines = []
-    turns = False  # answers before the first turn are the scripted intro
-    for _, event in load(folder):
-        turns = turns or isinstance(event, ev.TurnStarted)
-        if turns and isinstance(event, ev.ModelReplied) and event.actions:
-            lines.append(json.dumps([a.to_json() for a in event.actions], ensure_ascii=False))
-    return lines

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
+from sandshell.config import Settings
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, Result
 
 
@@ -27,3 +30,16 @@ class Outcome:
     error: str | None = None
     turns: int = 0
     seconds: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+def public_settings(settings: Settings) -> dict[str, Any]:
+    """Settings worth recording (no API keys)."""
+    out = dataclasses.asdict(settings)
+    out.pop("openai_api_key", None)
+    return out
+
+
+def session_dir(settings: Settings, session_id: str) -> Path:
+    return settings.path(settings.sessions_dir) / session_id

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input
+from textual.widgets import Footer, Input, TextArea
 
 from sandshell.model.actions import Action
 from sandshell.session import events as ev
-from sandshell.session.control import Control, Decision
+from sandshell.session.control import Control
 from sandshell.tui.buffer import UIBuffer
-from sandshell.tui.keys import ASKS, KEYS
+from sandshell.tui.keys import KEYS
+from sandshell.tui.steering import Steering
 from sandshell.tui.widgets import (
     COMMENT,
     ERR,
@@ -38,7 +40,7 @@ FLUSH_HZ = 30
 MAX_LINE_CHARS = 2000
 
 
-class SandshellApp(App[None]):
+class SandshellApp(Steering, App[None]):
     """Shows one session (live or replayed); keys steer it through a Control."""
 
     TITLE = "sandshell"
@@ -46,8 +48,13 @@ class SandshellApp(App[None]):
     CSS_PATH = "app.tcss"
     BINDINGS = KEYS
 
-    def __init__(self, runner: Runner, control: Control, max_lines: int = 5000, title: str = "") -> None:
+    def __init__(
+        self, runner: Runner, control: Control, max_lines: int = 5000, title: str = "", replaying: bool = False
+    ) -> None:
         super().__init__()
+        self.replaying = replaying
+        self.recording: object = None  # the session's folder, once it started
+        self.edit_path = ""
         self.runner = runner
         self.control = control
         self.buffer = UIBuffer()
@@ -71,6 +78,7 @@ class SandshellApp(App[None]):
                 yield ModelLine(id="model")
                 yield ApprovalBar(id="approval")
                 yield Input(id="ask")
+                yield TextArea(id="content")
             yield WorldPanel(id="world")
         yield Footer()
 
@@ -78,6 +86,7 @@ class SandshellApp(App[None]):
         self.status = self.query_one(StatusBar)
         self.log_view = self.query_one(ShellLog)
         self.more = self.query_one(MoreBelow)  # held: the flush timer may fire while the app unmounts
+        self.status.approval = self.control.approval
         self.status.refresh_bar()
         self.set_interval(1 / FLUSH_HZ, self.flush)
         self.run_session()
@@ -117,6 +126,7 @@ class SandshellApp(App[None]):
         if run:
             self._lines(run_stream, run)
         self.more.show(self.log_view)
+        self.status.refresh_bar()  # the current step's elapsed time
 
     def action_follow(self) -> None:
         self.log_view.follow()
@@ -138,6 +148,9 @@ class SandshellApp(App[None]):
     def _line(self, gutter: str, text: str) -> None:
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS] + f"… (+{len(text) - MAX_LINE_CHARS:,} chars)"
+        if gutter in (WARN, FAIL, INFO):  # messages are read whole: wrapped to the pane, never cut at its edge
+            width = max(30, self.log_view.size.width - 5)
+            text = "\n".join(textwrap.fill(p, width, subsequent_indent="  ") or p for p in text.split("\n"))
         self.log_view.add(gutter, text)
 
     def show(self, event: ev.Event) -> None:
@@ -147,24 +160,33 @@ class SandshellApp(App[None]):
             self.status.turn = event.turn
             self.status.context = f"{event.prompt_tokens}/{event.n_ctx}"
             self._line(RULE, f"turn {event.turn} " + "─" * 40)
+            self.status.set_state("evaluating prompt")
         elif isinstance(event, ev.ModelText):
             self.model_text += event.text
             line = self.query_one("#model", ModelLine)
             line.add_class("active")
             line.update(Text(self.model_text[-600:]))
+            if self.status.state == "evaluating prompt":
+                self.status.set_state("generating")
         elif isinstance(event, ev.ModelReplied):
             self.model_text = ""
             self.query_one("#model", ModelLine).remove_class("active")
             if event.error:
                 self._line(WARN, f"[answer not valid: {event.error}] {event.text[:300]}")
-            if event.stats.completion_tokens and event.stats.tokens_per_second:
-                self.status.speed = f"{event.stats.tokens_per_second:.0f} tok/s"
+            st = event.stats
+            if st.completion_tokens and st.ttft > 0 and st.tokens_per_second:  # a real generation, not a script
+                self.status.speed = f"first token {st.ttft:.2f}s · {st.tokens_per_second:.0f} tok/s"
         elif isinstance(event, ev.ApprovalNeeded):
             self._approval(event.action)
-        elif isinstance(event, ev.ActionStarted):
-            self._action(event)
-        elif isinstance(event, ev.ActionFinished):
-            self._finished(event)
+        elif isinstance(event, ev.ActionStarted | ev.ActionFinished):
+            if self.pending is not None:  # answered elsewhere (a rerun answers as the recording did)
+                self.pending = None
+                self.query_one(ApprovalBar).close()
+                self.refresh_bindings()
+            if isinstance(event, ev.ActionStarted):
+                self._action(event)
+            else:
+                self._finished(event)
         elif isinstance(event, ev.StateRead):
             values = {"goal": event.goal, "system": event.system, "config": event.config}
             self.query_one(WorldPanel).show(values, event.changed, event.problems)
@@ -173,7 +195,15 @@ class SandshellApp(App[None]):
         elif isinstance(event, ev.Notice):
             self._line({"error": FAIL, "warning": WARN}.get(event.level, INFO), f"[{event.level}] {event.text}")
         elif isinstance(event, ev.Phase):
-            self.status.state = "paused" if self.control.paused and event.name != "done" else event.name
+            names = {
+                "thinking": "evaluating prompt",
+                "running": "running a command",
+                "approval": "waiting for approval",
+            }
+            name = names.get(event.name, event.name)
+            self.status.set_state(
+                "paused" if self.control.paused and name not in ("done", "waiting for approval") else name
+            )
         elif isinstance(event, ev.SessionEnded):
             self.ended = event
             text = f"session {event.status}" + (f": {event.result}" if event.result else "")
@@ -182,7 +212,8 @@ class SandshellApp(App[None]):
                 PROMPT if event.status == "done" else WARN,
                 f"{text} · {event.turns} turns · {event.seconds:.1f}s — press q to quit",
             )
-            self.status.state = "done"
+            self.status.set_state(f"session {event.status}")
+            self.refresh_bindings()
         self.status.refresh_bar()
 
     def _approval(self, a: Action) -> None:
@@ -191,13 +222,7 @@ class SandshellApp(App[None]):
         self._line(FILE, f"[waiting for approval] {a.summary(200)}")
         self.pending = self.approved = a
         self.query_one(ApprovalBar).ask(a)
-
-    def _decide(self, decision: Decision) -> None:
-        """Answer the pending approval once (a second key press must not answer the next one)."""
-        if self.pending is not None:
-            self.control.decide(decision)
-            self.pending = None
-            self.query_one(ApprovalBar).close()
+        self.refresh_bindings()
 
     def _action(self, event: ev.ActionStarted) -> None:
         a = event.action
@@ -215,83 +240,3 @@ class SandshellApp(App[None]):
                 self._line(FAIL if (r.timed_out or r.lost) else WARN, f"[{r.status_line()}]")
         else:
             self._line(INFO if event.ok else WARN, f"→ {event.summary}")
-
-    # -- keys ---------------------------------------------------------------------------------
-    def action_pause(self) -> None:
-        if self.control.paused:
-            self.control.resume()
-            self.status.state = "running"
-        else:
-            self.control.pause()
-            self.status.state = "paused"
-        self.status.refresh_bar()
-
-    def action_step(self) -> None:
-        self.control.step()
-
-    def action_approval(self) -> None:
-        self.control.approval = not self.control.approval
-        self.notify(f"approval mode {'on' if self.control.approval else 'off'}")
-
-    def action_approve(self) -> None:
-        self._decide(Decision("approve"))
-
-    def action_edit(self) -> None:
-        if self.pending is not None:
-            self._ask("edit", self.pending.content if self.pending.kind == "write" else self.pending.arg)
-
-    def action_reject(self) -> None:
-        if self.pending is not None:
-            self._ask("reject", "")
-
-    def action_hint(self) -> None:
-        self._ask("hint", "")
-
-    def action_take_over(self) -> None:
-        self._ask("take_over", "")
-
-    def _ask(self, what: str, value: str) -> None:
-        self.asking = what
-        box = self.query_one("#ask", Input)
-        kind = self.pending.kind if self.pending is not None else ""
-        box.placeholder = ASKS.get(f"{what}:{kind}", ASKS.get(what, ""))
-        box.value = value
-        box.add_class("active")
-        box.focus()
-
-    def action_cancel_input(self) -> None:
-        box = self.query_one("#ask", Input)
-        box.remove_class("active")
-        self.asking = None
-        self.set_focus(None)
-
-    def on_input_submitted(self, message: Input.Submitted) -> None:
-        what, value = self.asking, message.value
-        self.action_cancel_input()
-        if what == "hint" and value.strip():
-            self.control.hint(value)
-        elif what == "take_over" and value.strip():
-            self.control.take_over(value)
-        elif what == "edit" and self.pending is not None:
-            a = self.pending
-            edited = (
-                Action(a.kind, a.arg, value, a.comment)
-                if a.kind == "write"
-                else Action(a.kind, value, a.content, a.comment, a.timeout)
-            )
-            self._decide(Decision("edit", action=edited))
-        elif what == "reject":
-            self._decide(Decision("reject", reason=value))
-
-    def action_quit_session(self) -> None:
-        self.control.quit()
-        self.status.state = "quitting"
-        self.status.refresh_bar()
-        self.set_timer(0.05, self._exit_when_done)
-
-    def _exit_when_done(self, waited: float = 0.0) -> None:
-        if all(w.is_finished for w in self.workers) or waited > 10:
-            self.flush()
-            self.exit()
-        else:
-            self.set_timer(0.1, lambda: self._exit_when_done(waited + 0.1))

@@ -16,7 +16,7 @@ from sandshell.tui.app import SandshellApp
 from sandshell.tui.buffer import UIBuffer
 
 
-def live_app(settings: Settings, goal: str | None = None) -> SandshellApp:
+def live_app(settings: Settings, goal: str | None = None, control: Control | None = None) -> SandshellApp:
     """The app for a live session (the same factory serves the CLI and the tests)."""
     from sandshell.runner import open_session
 
@@ -26,13 +26,15 @@ def live_app(settings: Settings, goal: str | None = None) -> SandshellApp:
 
         try:
             with open_session(settings, [buffer], control, goal=goal, log=say) as parts:
+                app.recording = parts.recorder.folder
                 say(f"recording to {parts.recorder.folder}")
                 parts.session.run()
         except SandshellError as e:
             buffer.emit(ev.Notice("error", str(e)))
             buffer.emit(ev.SessionEnded("error", None, str(e), 0, 0.0))
 
-    return SandshellApp(runner, Control(approval=settings.approval), max_lines=settings.ui_max_lines)
+    app = SandshellApp(runner, control or Control(approval=settings.approval), max_lines=settings.ui_max_lines)
+    return app
 
 
 def replay_app(folder: Path, speed: float = 1.0, max_lines: int = 5000) -> SandshellApp:
@@ -42,7 +44,7 @@ def replay_app(folder: Path, speed: float = 1.0, max_lines: int = 5000) -> Sands
     def runner(buffer: UIBuffer, control: Control) -> None:
         play(folder, buffer, control, speed)
 
-    return SandshellApp(runner, Control(), max_lines=max_lines, title=f"replay of {folder.name}")
+    return SandshellApp(runner, Control(), max_lines=max_lines, title=f"replay of {folder.name}", replaying=True)
 
 
 def run_app(app: SandshellApp) -> None:

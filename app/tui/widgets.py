@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,11 +14,13 @@ from sandshell.model.actions import Action
 
 
 class StatusBar(Static):
-    """Model · profile · context use · tokens/s · turn · state."""
+    """Model · profile · context · last turn's speed · turn · what happens now, for how long."""
 
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
     """
+    STYLES = {"generating": "bold cyan", "evaluating prompt": "bold cyan", "running a command": "bold green",
+              "paused": "bold yellow", "waiting for approval": "bold magenta"}  # fmt: skip
 
     def __init__(self) -> None:
         super().__init__(id="status")
@@ -25,7 +29,14 @@ class StatusBar(Static):
         self.context = ""
         self.speed = ""
         self.turn = 0
+        self.approval = False
         self.state = "starting"
+        self.since = time.monotonic()
+        self._shown = ""
+
+    def set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state, self.since = state, time.monotonic()
 
     def refresh_bar(self) -> None:
         parts = [f"sandshell · {self.model}", self.profile]
@@ -34,15 +45,16 @@ class StatusBar(Static):
         if self.speed:
             parts.append(self.speed)
         parts.append(f"turn {self.turn}")
+        elapsed = "" if self.state in ("done", "starting") else f" {time.monotonic() - self.since:.0f}s"
+        key = " · ".join(p for p in parts if p) + f"{self.approval}{self.state}{elapsed}"
+        if key == self._shown:
+            return  # redrawn only when something shown changed (the flush timer calls this 30 times a second)
+        self._shown = key
         text = Text(" · ".join(p for p in parts if p) + "  ")
-        style = {
-            "thinking": "bold cyan",
-            "running": "bold green",
-            "paused": "bold yellow",
-            "approval": "bold magenta",
-            "done": "bold",
-        }.get(self.state, "bold")
-        text.append(f"[{self.state}]", style=style)
+        if self.approval:
+            text.append(" APPROVAL ", style="bold reverse magenta")
+            text.append(" ")
+        text.append(f"[{self.state}{elapsed}]", style=self.STYLES.get(self.state, "bold"))
         self.update(text)
 
 
