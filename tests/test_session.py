@@ -22,6 +22,7 @@ from sandshell.session.replay import load
 from sandshell.session.rerun import plan
 
 REPO = Path(__file__).resolve().parents[1]
+KEYS = {"status", "result", "error", "log", "turns", "seconds", "tokens_in", "tokens_out", "session"}
 
 
 class Collect:
@@ -189,7 +190,9 @@ def test_the_cast_plays_in_asciinema_and_v3_is_an_option(s: Settings) -> None:
 def test_run_task_returns_status_result_error_log(s: Settings, tmp_path: Path) -> None:
     out = run_task("say hi", timeout=60, max_iterations=5, settings=s,
                    backend=script({"bash": "echo hi"}, {"done": "said hi"}))  # fmt: skip
-    assert set(out) == {"status", "result", "error", "log"}
+    assert set(out) == KEYS
+    assert out["turns"] == 2 and out["tokens_out"] > 0 and out["seconds"] > 0
+    assert Path(str(out["session"]), "events.jsonl").exists()
     assert out["status"] == "done" and out["result"] == "said hi" and out["error"] is None
     assert any("echo hi" in line for line in out["log"])
 
@@ -310,7 +313,7 @@ def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> N
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     result = json.loads(proc.stdout)
-    assert set(result) == {"status", "result", "error", "log"}
+    assert set(result) == KEYS
     assert result["status"] in ("done", "max_steps", "stuck") and proc.returncode == (result["status"] != "done")
     assert any(line.startswith("model: [") for line in result["log"])  # the model answered with actions
     assert "SmolLM2-135M-Instruct" in proc.stderr

@@ -100,6 +100,23 @@ def test_ctrl_c_during_output_after_a_resize_quits_cleanly(tmp_path: Path, works
     assert "tick 400" not in events, "the command ran on after Ctrl-C"
 
 
+def test_the_view_follows_after_a_take_over_and_q_during_output_quits(tmp_path: Path, workspace: Path) -> None:
+    ticks = "for i in $(seq 1 60); do echo tick $i; sleep 0.05; done"
+    tocks = "for i in $(seq 1 600); do echo tock $i; sleep 0.05; done"
+    with scripted(tmp_path, workspace, {"bash": ticks}, {"bash": tocks, "timeout": 90}, {"done": "x"}) as term:
+        term.wait_for(r"tick 5\b", 120)
+        term.send("t")
+        term.wait_for(r"a command to run as you", 10)
+        term.send("seq 1 300 | sed 's/^/mine /'\r")  # runs after the model's command, before its next turn
+        term.wait_for(r"mine 300\b", 60)  # the newest line of the user's own command is on screen
+        term.wait_for(r"tock 5\b", 60)  # the model's next command streams, and is followed
+        term.send("q")  # q during that output quits at once
+        assert term.wait_exit(30) == 0
+    events = (only_session(tmp_path) / "events.jsonl").read_text()
+    assert "mine 300" in events and '"by_user": true' in events
+    assert "tock 600" not in events, "the command ran on after q"
+
+
 WAITING = ({"bash": "echo waiting; sleep 60", "timeout": 90}, {"done": "never reached"})
 
 
