@@ -307,3 +307,25 @@ async def test_replay_hides_the_keys_that_steer(tmp_path: Path) -> None:
         await pilot.press("h", "t")
         assert not app.query_one("#ask").has_class("active")
         await pilot.press("q")
+
+
+async def test_a_start_error_is_shown_whole_and_again_after_quit(
+    workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = "/nowhere/" + "a-very-long-folder-name/" * 6 + "model.gguf"
+    s = settings_for(workspace, tmp_path, {"done": "x"}, backend="llama", model_path=missing)
+    app = live_app(s)
+    async with app.run_test(size=(80, 30)) as pilot:
+        await wait_for(pilot, lambda: app.ended is not None)
+        await pilot.pause(0.1)
+        lines = app.query_one(ShellLog).lines
+        shown = " ".join(line[2:].strip() for line in lines)
+        assert "model.gguf" in shown and "LLAMA_MODEL_PATH" in shown  # the whole sentence, what to do included
+        assert max(len(line) for line in lines) <= 80  # wrapped to the pane, not cut at its edge
+        await pilot.press("q")
+    from sandshell.cli import summary
+
+    assert summary(app) == 1
+    said = capsys.readouterr().err
+    assert "sandshell: session error" in said and "why:" in said and "LLAMA_MODEL_PATH" in said
+    assert "0 turns" in said
