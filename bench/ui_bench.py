@@ -1,6 +1,6 @@
 """UI benchmarks: the worst event-loop stall while 200,000 lines stream; ./start.sh to the first command.
 
-Run: .venv/bin/python bench/ui_bench.py [--lines 200000] [--start] [--switch-interval 0.0005]
+Run: .venv/bin/python bench/ui_bench.py [--lines 200000] [--start] [--switch-interval 0.0005] [--default-gc]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from sandshell import config
-from sandshell.tui.run import live_app
+from sandshell.tui.run import live_app, quiet_gc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,10 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=200_000)
     ap.add_argument("--start", action="store_true", help="also time ./start.sh (warm) to the first command")
     ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for this run (default: Python's)")
+    ap.add_argument("--default-gc", action="store_true", help="keep Python's GC settings (the UI tunes them)")
     args = ap.parse_args()
+    if not args.default_gc:
+        quiet_gc()  # as run_app does for the real UI
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     worst, p99, seconds, ticks, keys = asyncio.run(stalls(args.lines))

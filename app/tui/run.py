@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 from pathlib import Path
@@ -47,6 +48,15 @@ def replay_app(folder: Path, speed: float = 1.0, max_lines: int = 5000) -> Sands
     return SandshellApp(runner, Control(), max_lines=max_lines, title=f"replay of {folder.name}", replaying=True)
 
 
+def quiet_gc() -> None:
+    """Fewer, cheaper garbage collections while the UI runs: objects alive at start are frozen out
+    of the scans, and a full scan waits for far more allocations. A flood allocates an event per
+    chunk on the session thread; with Python's defaults the full scans it triggers stall the
+    UI's loop for 100-200 ms, and key presses wait (docs/benchmarks.md)."""
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1000)
+
+
 def run_app(app: SandshellApp) -> None:
     """Run the UI until it ends. SIGTERM and SIGHUP (a closed terminal) end it as `q` does: the
     session stops, its container is removed and its recording gets its end event."""
@@ -58,6 +68,7 @@ def run_app(app: SandshellApp) -> None:
             raise KeyboardInterrupt from None
 
     before = {sig: signal.signal(sig, quit_) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    quiet_gc()
     try:
         app.run()
     finally:
