@@ -87,10 +87,11 @@ class Settings:
     image: str = _f(
         "SANDSHELL_IMAGE", "sandshell-sandbox", "name of the sandbox image (its tag is a hash of container/)"
     )
-    transport: Literal["unix", "tcp"] = _f(
+    transport: Literal["attach", "unix", "tcp"] = _f(
         "SANDSHELL_TRANSPORT",
-        "unix",
-        "unix (a socket in a bind-mounted folder) or tcp (127.0.0.1, for hosts where sockets cannot cross a mount)",
+        "attach",
+        "attach (the agent's stdin/stdout through the Docker API: nothing inside can reach it; works on any "
+        "engine); unix or tcp (a token-guarded socket: for debugging, the token is readable inside)",
     )
     runtime_dir: str = _f(
         "SANDSHELL_RUNTIME_DIR",

@@ -42,15 +42,28 @@ def test_docker_kill_mid_command_is_reported_fast_and_next_command_runs_fresh(
         assert again.output == "fresh\n" and sb.container.id != first
 
 
-def test_killing_the_agent_from_inside(workspace: Path, settings: Settings) -> None:
+def test_the_agent_cannot_be_killed_or_stopped_from_inside(workspace: Path, settings: Settings) -> None:
+    """The agent is PID 1 of the container's namespace: KILL and STOP from inside never reach it, and
+    it handles no other signal."""
     with Sandbox(workspace=workspace, settings=settings) as sb:
+        assert sb.hello["pid"] == 1
+        for sig in ("KILL", "STOP", "TERM", "INT", "HUP", "QUIT", "USR1"):
+            r = sb.execute(f"kill -{sig} $PPID 1; echo sent-{sig}", timeout=5)
+            assert r.output.endswith(f"sent-{sig}\n") and not r.lost and not r.timed_out, (sig, r)
+        assert sb.ping() < 1.0  # it answers at once: not stopped
+        assert sb.execute("echo back").output == "back\n" and sb.hello["pid"] == 1
+
+
+def test_killing_the_agent_of_a_socket_transport_from_inside(workspace: Path, settings: Settings) -> None:
+    with Sandbox(workspace=workspace, settings=settings.replace(transport="unix")) as sb:
         result = sb.execute("kill -9 $PPID; sleep 5", timeout=10)
         assert result.lost
         assert sb.execute("echo back").output == "back\n"
 
 
-def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Settings) -> None:
-    s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0)
+@pytest.mark.parametrize("transport", ["attach", "unix"])
+def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Settings, transport: str) -> None:
+    s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0, transport=transport)
     with Sandbox(workspace=workspace, settings=s) as sb:
         seqs: list[int] = []
         received = 0
@@ -76,7 +89,8 @@ def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Set
 
 @pytest.fixture
 def raw_agent(workspace: Path, settings: Settings):  # type: ignore[no-untyped-def]
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    """An agent on the token-guarded socket transport."""
+    with Sandbox(workspace=workspace, settings=settings.replace(transport="unix")) as sb:
         yield sb
 
 
@@ -112,7 +126,15 @@ def test_frames_before_hello_are_refused(raw_agent: Sandbox) -> None:
     assert raw_agent.execute("test -e /tmp/pwned").return_code == 1
 
 
-def test_malformed_and_oversized_frames_get_errors_and_agent_stays_up(raw_agent: Sandbox) -> None:
+@pytest.mark.parametrize("transport", ["attach", "unix"])
+def test_malformed_and_oversized_frames_get_errors_and_agent_stays_up(
+    workspace: Path, settings: Settings, transport: str
+) -> None:
+    with Sandbox(workspace=workspace, settings=settings.replace(transport=transport)) as raw_agent:
+        _malformed(raw_agent)
+
+
+def _malformed(raw_agent: Sandbox) -> None:
     conn = raw_agent.conn
     assert conn is not None
     conn.send_raw(b"this is not json\n")

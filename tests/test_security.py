@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,10 @@ def test_container_configuration_matches_the_profile(workspace: Path, settings: 
         assert sorted(host["CapAdd"] or []) == (sorted(STANDARD_CAPS) if profile == "standard" else [])
         assert host["SecurityOpt"] == ["no-new-privileges"]
         assert host["PidsLimit"] == settings.pids_limit and host["Memory"] == 2 * 1024**3
-        assert host["NanoCpus"] == int(settings.cpus * 1e9) and host["Init"] is True
+        assert host["NanoCpus"] == int(settings.cpus * 1e9)
+        assert not host["Init"] and host["LogConfig"]["Type"] == "none"  # the agent is PID 1; no log kept
+        config_ = sb.container.attrs["Config"]
+        assert config_["OpenStdin"] is True and not any(e.startswith("SANDSHELL_TOKEN") for e in config_["Env"])
         assert host["Privileged"] is False
         binds = " ".join(host["Binds"] or [])
         assert "docker.sock" not in binds
@@ -92,8 +96,37 @@ else:
 """
 
 
-def test_agent_socket_is_private_and_needs_the_token(sb: Sandbox) -> None:
-    """Another host user cannot even connect; a process that can connect gets nothing without the token."""
+HUNT = r"""
+out=""
+ls -la /run/sandshell* /app/.sandshell 2>/dev/null | grep -q '^s' && out="$out socket-file"
+awk 'NR>1 && $6=="01"' /proc/net/unix | grep -q . && out="$out unix-listener"
+awk 'NR>1 && $4=="0A"' /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q . && out="$out tcp-listener"
+cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -q '^SANDSHELL' && out="$out env"
+for f in environ mem maps; do cat /proc/1/$f >/dev/null 2>&1 && out="$out read-$f"; done
+readlink /proc/1/fd/0 >/dev/null 2>&1 && out="$out readlink-fd"
+(echo '{"type":"run","id":"f","command":"touch /tmp/forged"}' > /proc/1/fd/0) 2>/dev/null && out="$out write-stdin"
+python3 -c 'import ctypes; print(ctypes.CDLL(None).ptrace(16, 1, 0, 0))' | grep -qv -- -1 && out="$out ptrace"
+echo "found:${out:- nothing}"
+"""
+
+
+def test_nothing_inside_can_reach_read_or_imitate_the_channel(sb: Sandbox) -> None:
+    """A process inside hunts for the host's channel: files, listeners, secrets, the agent's memory,
+    environment and descriptors, writing into its stdin, tracing it."""
+    assert sb.settings.transport == "attach"
+    r = sb.execute(HUNT, timeout=20)
+    assert r.output.strip().endswith("found: nothing"), r.output
+    assert sb.execute("test -e /tmp/forged").return_code == 1
+    assert sb.ping() < 1.0
+
+
+def test_agent_socket_is_private_and_needs_the_token(workspace: Path, settings: Settings) -> None:
+    """The socket transport: another host user cannot even connect; without the token nothing runs."""
+    with Sandbox(workspace=workspace, settings=settings.replace(transport="unix")) as sb:
+        _socket_is_private(sb)
+
+
+def _socket_is_private(sb: Sandbox) -> None:
     assert sb.conn is not None and isinstance(sb.conn.address, str)
     sock = Path(sb.conn.address)
     assert stat.S_IMODE(sock.stat().st_mode) == 0o600 and stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
@@ -246,3 +279,14 @@ def test_an_unwritable_sessions_folder_is_one_sentence(workspace: Path) -> None:
     out = run_task("t", 30, 2, settings=s, backend=ScriptBackend(['{"done": "x"}']))
     assert out["status"] == "error" and "cannot write the session recording in /proc/sandshell" in out["error"]
     assert list(workspace.iterdir()) == []
+
+
+def test_a_set_uid_file_left_in_the_workspace_loses_the_bit(sb: Sandbox, shared_workspace: Path) -> None:
+    """A set-uid root shell left in /app would be one on the host too: the agent takes the bits off."""
+    r = sb.execute("cp /bin/sh /app/rootsh && chmod 6755 /app/rootsh && stat -c %a /app/rootsh")
+    assert r.output.strip() == "6755"  # the model could set it: the control is taking it off
+    deadline = time.monotonic() + 10
+    while (shared_workspace / "rootsh").stat().st_mode & (stat.S_ISUID | stat.S_ISGID):
+        assert time.monotonic() < deadline, "the set-uid bit stayed on the host's copy"
+        time.sleep(0.2)
+    sb.execute("rm -f /app/rootsh")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import secrets
+import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -29,9 +32,30 @@ class Connection:
         self._reader = FrameReader(MAX_FRAME)
         self._frames: deque[dict[str, Any] | FrameError] = deque()
         self._send_lock = threading.Lock()
+        self.stderr: deque[str] = deque(maxlen=20)  # what the agent said on stderr (attach only)
+        self.nonce = ""
 
     def open(self, resume: dict[str, Any] | None = None, timeout: float = 5.0) -> dict[str, Any]:
         """Connect and authenticate; returns the agent's hello."""
+        self.close()
+        self.nonce = secrets.token_hex(16)
+        sock = self._connect(timeout)
+        self.sock = sock
+        self._reader = FrameReader(MAX_FRAME)
+        self._frames.clear()
+        hello = {"type": "hello", "version": PROTOCOL_VERSION, "resume": resume, "nonce": self.nonce}
+        self.send({**hello, "token": self.token} if self.token else hello, lead=b"\n")
+        deadline = time.monotonic() + timeout
+        reply = self.recv(deadline)
+        while reply.get("type") in ("output", "exit", "gap"):  # sent before our hello on a socket
+            reply = self.recv(deadline)  # that was in flight; what we missed comes again after it
+        if reply.get("type") == "error":
+            raise ProtocolError(f"the agent refused the connection: {reply.get('message')}", str(reply.get("code")))
+        if reply.get("type") != "hello" or reply.get("version") != PROTOCOL_VERSION:
+            raise ProtocolError(f"unexpected handshake reply from the agent: {str(reply)[:200]}")
+        return reply
+
+    def _connect(self, timeout: float) -> socket.socket:
         family = socket.AF_UNIX if isinstance(self.address, str) else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
@@ -41,20 +65,34 @@ class Connection:
         except OSError as e:
             sock.close()
             raise ConnectionLost(f"cannot connect to the agent: {e}") from None
-        self.close()
-        self.sock = sock
-        self._reader = FrameReader(MAX_FRAME)
-        self._frames.clear()
-        self.send({"type": "hello", "version": PROTOCOL_VERSION, "token": self.token, "resume": resume})
-        reply = self.recv(time.monotonic() + timeout)
-        if reply.get("type") == "error":
-            raise ProtocolError(f"the agent refused the connection: {reply.get('message')}", str(reply.get("code")))
-        if reply.get("type") != "hello" or reply.get("version") != PROTOCOL_VERSION:
-            raise ProtocolError(f"unexpected handshake reply from the agent: {str(reply)[:200]}")
-        return reply
+        return sock
 
-    def send(self, frame: dict[str, Any]) -> None:
-        data = encode(frame)
+    def _feed(self, data: bytes) -> None:
+        self._frames.extend(self._reader.feed(data))
+
+    def closed_by_peer(self) -> bool:
+        """Whether the other end has closed the link (checked without waiting or consuming)."""
+        sock = self.sock
+        if sock is None:
+            return True
+        if isinstance(sock, ssl.SSLSocket):
+            return False  # no peeking through TLS: the reader notices instead
+        try:
+            if not select.select([sock], [], [], 0)[0]:
+                return False
+            sock.setblocking(False)
+            try:
+                return sock.recv(1, socket.MSG_PEEK) == b""
+            finally:
+                sock.setblocking(True)
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
+
+    def send(self, frame: dict[str, Any], lead: bytes = b"") -> None:
+        """Send one frame (after `lead`: a newline ends whatever an earlier link left half sent)."""
+        data = lead + encode(frame)
         with self._send_lock:
             if self.sock is None:
                 raise ConnectionLost("not connected")
@@ -90,7 +128,7 @@ class Connection:
                 raise ConnectionLost(f"receive failed: {e}") from None
             if not data:
                 raise ConnectionLost("the agent closed the connection")
-            self._frames.extend(self._reader.feed(data))
+            self._feed(data)
         frame = self._frames.popleft()
         if isinstance(frame, FrameError):
             raise ProtocolError(f"unreadable frame from the agent: {frame}", frame.code)
@@ -112,3 +150,70 @@ class Connection:
             except OSError:
                 pass
             self.sock = None
+
+
+class AttachConnection(Connection):
+    """The agent's stdin and stdout, attached through the Docker API (any engine: local, TCP+TLS, ssh).
+
+    Without a TTY the engine prefixes what the container writes with an 8-byte header (stream
+    1 stdout, 2 stderr; 3 zero bytes; big-endian length); what we write goes to stdin as it is.
+    The agent's stderr is kept (bounded) to say why it died."""
+
+    def __init__(self, api: Any, container_id: str) -> None:
+        super().__init__("attach", "")
+        self.api = api
+        self.container_id = container_id
+        self._raw, self._pre = bytearray(), bytearray()
+        self._sync: bytes | None = None
+
+    def _connect(self, timeout: float) -> socket.socket:
+        try:
+            attached = self.api.attach_socket(self.container_id, params=ATTACH)
+        except Exception as e:  # docker's APIError, requests' errors: the engine would not attach
+            raise ConnectionLost(f"cannot attach to the sandbox: {e}") from None
+        sock = getattr(attached, "_sock", attached)  # SocketIO on a unix engine, an SSL socket on TLS
+        self._attached = attached  # keeps the HTTP response (and so the socket) alive
+        self._raw, self._pre = bytearray(), bytearray()
+        self._sync = f'"nonce":"{self.nonce}"'.encode()
+        return sock  # type: ignore[no-any-return]
+
+    def _feed(self, data: bytes) -> None:
+        buf = self._raw
+        buf += data
+        pos = 0
+        while len(buf) - pos >= 8:
+            size = int.from_bytes(buf[pos + 4 : pos + 8], "big")
+            if len(buf) - pos - 8 < size:
+                break
+            stream, payload = buf[pos], bytes(buf[pos + 8 : pos + 8 + size])
+            pos += 8 + size
+            if stream == 1:
+                self._stdout(payload)
+            elif stream == 2:
+                self.stderr.extend(payload.decode(errors="replace").splitlines()[-20:])
+        del buf[:pos]
+
+    def _stdout(self, payload: bytes) -> None:
+        """Frames from the agent's stdout. A new attach may begin anywhere in the stream (mid-frame,
+        or inside a command's raw output, which the model writes): everything before the agent's
+        hello carrying our nonce is skipped unparsed, so nothing in it can pass for a frame."""
+        if self._sync is None:
+            self._frames.extend(self._reader.feed(payload))
+            return
+        pre = self._pre
+        pre += payload
+        at = pre.find(self._sync)
+        end = pre.find(b"\n", at) if at >= 0 else -1
+        if end < 0:
+            del pre[: max(0, len(pre) - SYNC_KEEP)]
+            return
+        start = pre.rfind(b"\n", 0, at) + 1
+        line, rest = bytes(pre[start : end + 1]), bytes(pre[end + 1 :])
+        pre.clear()
+        self._sync = None
+        self._frames.extend(self._reader.feed(line))
+        self._frames.extend(self._reader.feed(rest))
+
+
+ATTACH = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+SYNC_KEEP = 64 * 1024  # bytes kept while looking for the hello (it is far shorter)

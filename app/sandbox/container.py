@@ -99,7 +99,6 @@ class ContainerSpec:
         uid, gid = self.owner()
         limits = (s.file_limit, s.workspace_limit, s.scratch_limit)  # no one file may be larger than any of them
         env = {
-            "SANDSHELL_TOKEN": self.token,
             "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
             "SANDSHELL_KILL_GRACE": str(s.kill_grace),
             "SANDSHELL_OUTPUT_LIMIT": str(s.output_limit),
@@ -112,6 +111,8 @@ class ContainerSpec:
             "SANDSHELL_SCRATCH_LIMIT": str(s.scratch_limit),
             "SANDSHELL_FILE_LIMIT": str(min((n for n in limits if n), default=0)),
         }
+        if self.transport != "attach":  # a socket anyone inside may reach needs the token
+            env["SANDSHELL_TOKEN"] = self.token
         if s.workspace_mode == "ro":
             env["SANDSHELL_SPILL_DIR"] = "/tmp/sandshell-output"
         if self.settings.profile == "locked":
@@ -128,7 +129,12 @@ class ContainerSpec:
         if s.workspace_mode in ("rw", "ro"):
             mounts[str(self.workspace)] = {"bind": "/app", "mode": s.workspace_mode}
         command = ["python3", "-m", "sandshell_agent"]
-        command += ["--unix", f"{SOCKET_IN_CONTAINER}/agent.sock"] if sock_dir else ["--tcp", f"0.0.0.0:{AGENT_PORT}"]
+        if self.transport == "attach":
+            command.append("--stdio")
+        else:
+            command += (
+                ["--unix", f"{SOCKET_IN_CONTAINER}/agent.sock"] if sock_dir else ["--tcp", f"0.0.0.0:{AGENT_PORT}"]
+            )
         user = self.sandbox_user()
         kwargs: dict[str, Any] = {
             "image": self.image,
@@ -139,7 +145,9 @@ class ContainerSpec:
             "environment": self.environment(),
             "volumes": mounts,
             "working_dir": "/app",
-            "init": True,
+            # attach: the agent is PID 1, with no init beside it holding the channel's pipes
+            "init": self.transport != "attach",
+            "stdin_open": self.transport == "attach",
             "detach": True,
             "cap_drop": ["ALL"],
             "cap_add": [] if locked else STANDARD_CAPS,
@@ -150,6 +158,8 @@ class ContainerSpec:
             "nano_cpus": int(s.cpus * 1e9),
             "ulimits": [docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
         }
+        if self.transport == "attach":  # nothing the model prints is kept by the engine (a flood fills no disk)
+            kwargs["log_config"] = docker.types.LogConfig(type="none")
         if user is not None:
             kwargs["user"] = f"{user[0]}:{user[1]}"
         # /tmp is a sized tmpfs in both profiles: this engine's storage driver (fuse-overlayfs) has no
@@ -176,9 +186,8 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
     """Create and start the container; on any failure nothing is left behind."""
     container = None
     try:
-        kwargs = spec.run_kwargs()
-        kwargs.pop("detach")
-        container = client.containers.create(**kwargs)
+        # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
+        container = client.containers.create(**spec.run_kwargs())
         if spec.settings.workspace_mode == "copy":
             container.put_archive("/app", _tar(spec.workspace))
         container.start()

@@ -1,16 +1,9 @@
-"""The sandbox: a hardened, labelled container with the agent inside, and the API to use it.
-
-with Sandbox(workspace="workspace", settings=settings) as sb:
-    r = sb.execute("echo hi", timeout=5)      # Result: .return_code .output .timed_out .cwd ...
-    for event in sb.stream("make -j2", timeout=60):
-        ...                                   # Output chunks, then one Result
-    sb.write_file("/app/notes.txt", "...")
-    sb.read_file("/app/goal")                 # FileContent
-    sb.state()                                # ModelState: goal, system.md, config.json
-"""
+"""The sandbox: a hardened, labelled container with the agent inside, and the API to use it
+(`execute`, `stream`, `read_file`, `write_file`, `state`; see the README)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import threading
@@ -25,13 +18,14 @@ import docker.errors
 from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
 from sandshell.sandbox import engine
-from sandshell.sandbox.connection import Connection, ConnectionLost
+from sandshell.sandbox.connection import AttachConnection, Connection, ConnectionLost
 from sandshell.sandbox.container import ContainerSpec, create_container, last_log_line, running
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.image import ensure_image
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, refusal
 
 Event = Output | Result
+ACK_EVERY = 16  # output frames; the agent's window is 64
 
 
 class Sandbox:
@@ -82,24 +76,29 @@ class Sandbox:
         image = ensure_image(self._docker, self.settings, self.log)
         self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image)
         self.container = create_container(self._docker, self._spec)
-        self.conn = Connection(self._spec.address(self.container), self._spec.token)
+        if self._spec.transport == "attach":
+            self.conn = AttachConnection(self._docker.api, self.container.id)
+        else:
+            self.conn = Connection(self._spec.address(self.container), self._spec.token)
         self._connect(resume=None, wait=15.0)
 
     def _connect(self, resume: dict[str, Any] | None, wait: float) -> None:
         assert self.conn is not None and self._spec is not None
         deadline = time.monotonic() + wait
-        last = ""
+        last, pause = "", 0.02
         while time.monotonic() < deadline:
             try:
-                self.hello = self.conn.open(resume=resume)
+                self.hello = self.conn.open(resume=resume, timeout=min(2.0, max(0.5, deadline - time.monotonic())))
                 return
             except (ConnectionLost, TimeoutError) as e:
                 last = str(e)
             if not running(self.container):
-                raise SandboxDied(f"the sandbox container stopped: {last_log_line(self.container)}")
+                said = self.conn.stderr[-1] if self.conn.stderr else last_log_line(self.container)
+                raise SandboxDied(f"the sandbox container stopped: {said}")
             if self._spec.transport == "tcp":
                 self.conn.address = self._spec.address(self.container)
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)  # bounded and backed off: no reconnect storm
         raise SandboxError(f"the agent in the sandbox did not answer within {wait:.0f}s ({last})")
 
     def restart(self) -> None:
@@ -150,11 +149,9 @@ class Sandbox:
     def _send_run(self, frame: dict[str, Any]) -> None:
         """Send a command; if the sandbox died since the last one, start a fresh one first (nothing ran yet)."""
         assert self.conn is not None
-        try:
-            self.conn.send(frame)
-            return
-        except ConnectionLost:
-            pass
+        with contextlib.suppress(ConnectionLost):
+            if not self.conn.closed_by_peer():  # an attach to a dead container still takes writes
+                return self.conn.send(frame)
         if not self._reconnect({}):
             self._lost()
             self.log("the sandbox was lost between commands; starting a fresh one")
@@ -186,6 +183,8 @@ class Sandbox:
                 continue
             if kind == "output":
                 last_seq = int(frame.get("seq", last_seq))
+                if last_seq % ACK_EVERY == 0:  # the agent sends only so far beyond what we acknowledged
+                    self._tell({"type": "ack", "id": cid, "seq": last_seq})
                 yield Output(cid, last_seq, frame.get("stream", "stdout"), str(frame.get("data", "")))
             elif kind == "gap":
                 yield Output(cid, last_seq, "stderr", "\n[sandshell: output lost while reconnecting]\n")
@@ -234,14 +233,15 @@ class Sandbox:
 
     def interrupt(self) -> None:
         """Stop the running command (its whole process tree), from any thread."""
-        cid = self._running
-        if cid is not None and self.conn is not None:
-            try:
-                self.conn.send({"type": "interrupt", "id": cid})
-            except ConnectionLost:
-                pass
+        if (cid := self._running) is not None:
+            self._tell({"type": "interrupt", "id": cid})
 
-    # -- files and state ---------------------------------------------------------------------
+    def _tell(self, frame: dict[str, Any]) -> None:
+        """Send, expecting no reply; a dead link is the reader's to notice (it reconnects)."""
+        if (conn := self.conn) is not None:
+            with contextlib.suppress(ConnectionLost):
+                conn.send(frame)
+
     def _request(self, frame: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         with self._lock:
             if self.container is None or self.conn is None:

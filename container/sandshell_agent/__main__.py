@@ -1,4 +1,4 @@
-"""Start the agent: `python3 -m sandshell_agent --unix PATH | --tcp HOST:PORT`."""
+"""Start the agent: `python3 -m sandshell_agent --stdio | --unix PATH | --tcp HOST:PORT`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import socket
 import sys
 
 from .server import Agent, Config
+from .stdio import seal
 
 
 def listen(args: argparse.Namespace, cfg: Config) -> socket.socket:
@@ -40,17 +41,25 @@ def listen(args: argparse.Namespace, cfg: Config) -> socket.socket:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="sandshell-agent")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--unix", help="listen on this unix socket path")
-    where.add_argument("--tcp", help="listen on HOST:PORT")
+    where.add_argument("--stdio", action="store_true", help="serve the host on stdin/stdout (attached by the engine)")
+    where.add_argument("--unix", help="listen on this unix socket path (needs SANDSHELL_TOKEN)")
+    where.add_argument("--tcp", help="listen on HOST:PORT (needs SANDSHELL_TOKEN)")
     args = parser.parse_args()
     cfg = Config(dict(os.environ))
-    # The token and the agent's settings never reach the model's shell.
+    # The agent's settings (and a socket's token) never reach the model's shell.
     for key in [k for k in os.environ if k.startswith("SANDSHELL_")]:
         del os.environ[key]
+    if args.stdio:
+        channel = seal()
+        # As PID 1, a signal from inside the container is delivered only if we handle it: handle none.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_DFL)
+        print("sandshell-agent ready on stdin/stdout", file=sys.stderr, flush=True)
+        Agent(cfg, stdio=channel).serve_forever()
+        return
     if not cfg.token:
         sys.exit("sandshell-agent: SANDSHELL_TOKEN is not set; refusing to start without a session token")
-    sock = listen(args, cfg)
-    agent = Agent(sock, cfg)
+    agent = Agent(cfg, listener=listen(args, cfg))
 
     def stop(_sig: int, _frame: object) -> None:
         agent.shell.kill()

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import PROTOCOL_VERSION
 from .frames import FrameError, FrameReader, encode
-from .outbox import OutBuffer, Replay
+from .outbox import OutBuffer, Replay, Window
 
 READ_BYTES = 64 * 1024
 # Output kept for a host that reconnects mid-command: more than can be in flight when the link
@@ -50,12 +50,14 @@ class Channel:
         self.reader = FrameReader(max_frame)
         self.outbuf = OutBuffer()
         self.replay = Replay(REPLAY_BYTES)
+        self.window = Window()
 
     # -- sending -----------------------------------------------------------------------------
     def send(self, frame: dict[str, Any]) -> None:
         data = encode(frame)
         if frame.get("type") in ("output", "exit"):
             self.replay.remember(frame, data)
+            self.window.sent_frame(frame)
         if self.client is None:
             return
         self.outbuf.append(data)
@@ -145,6 +147,7 @@ class Channel:
         self.sel.register(conn, selectors.EVENT_READ, "client")
         self.send({"type": "hello", "version": PROTOCOL_VERSION, **self.hello()})
         if isinstance(resume, dict):
+            self.window.ack(resume.get("id"), resume.get("seq"))
             for data in self.replay.after(resume.get("id"), int(resume.get("seq") or 0)):
                 self.outbuf.append(data)
             self.flush()

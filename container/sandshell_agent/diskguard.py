@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least)
 IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
 FULL_BUSY_EVERY = 2.0  # seconds between full measures (growth of files that already existed)
 FULL_IDLE_EVERY = 10.0
+SETID = stat.S_ISUID | stat.S_ISGID
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp", "/run")
 
@@ -45,8 +47,8 @@ class Tree:
     that already existed is seen too. Folders in `skip` are left out.
     """
 
-    def __init__(self, root: str, skip: tuple[str, ...] = ()) -> None:
-        self.root, self.skip = root, skip
+    def __init__(self, root: str, skip: tuple[str, ...] = (), strip_setid: bool = False) -> None:
+        self.root, self.skip, self.strip_setid = root, skip, strip_setid
         self.folders: dict[str, tuple[int, int, list[str]]] = {}  # path -> (mtime_ns, bytes, subfolders)
 
     def measure(self, full: bool = True) -> int:
@@ -97,7 +99,26 @@ class Tree:
                     if st.st_nlink > 1:
                         seen.add(st.st_ino)
                     size += st.st_blocks * 512
+                    if self.strip_setid and st.st_mode & SETID:
+                        _strip_setid(e.path)
         return size, subfolders
+
+
+def _strip_setid(path: str) -> None:
+    """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off
+    (through the file itself, never a link put in its place)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~SETID)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def usage(root: str, skip: tuple[str, ...] = ()) -> int:
@@ -117,7 +138,7 @@ class Area:
 
     def __post_init__(self) -> None:
         self.threshold = self.limit
-        self.tree = Tree(self.root, self.skip)
+        self.tree = Tree(self.root, self.skip, strip_setid=self.root == "/app")
 
 
 class DiskGuard:
@@ -127,8 +148,8 @@ class DiskGuard:
 
     def __init__(self, workspace_limit: int, scratch_limit: int, shell_pid: Callable[[], int]) -> None:
         self.areas: list[Area] = []
-        if workspace_limit:
-            self.areas.append(Area("the workspace /app", "/app", (), workspace_limit, "SANDSHELL_WORKSPACE_LIMIT"))
+        # The workspace is always watched (for set-id bits); its size only against a limit
+        self.areas.append(Area("the workspace /app", "/app", (), workspace_limit, "SANDSHELL_WORKSPACE_LIMIT"))
         if scratch_limit and not os.statvfs("/").f_flag & os.ST_RDONLY:
             what = "the container's files outside /app and /tmp"
             self.areas.append(Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", usage("/", SKIP)))
@@ -156,7 +177,7 @@ class DiskGuard:
         """Measure one area, acting on a trip; returns how long it took."""
         start = time.monotonic()
         used = a.tree.measure(full) - a.baseline
-        if used > a.threshold:
+        if a.limit and used > a.threshold:
             shell = self.shell_pid()
             procs.signal_all([shell], signal.SIGSTOP)  # it starts nothing more; the agent's loop ends it
             self.over = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import socket
 from typing import Any
 
@@ -16,6 +17,7 @@ class OutBuffer:
     def __init__(self) -> None:
         self.parts: collections.deque[memoryview] = collections.deque()
         self.size = 0
+        self.partial = False  # the first part is a frame already partly sent
 
     def __len__(self) -> int:
         return self.size
@@ -27,8 +29,17 @@ class OutBuffer:
     def clear(self) -> None:
         self.parts.clear()
         self.size = 0
+        self.partial = False
 
-    def send_to(self, sock: socket.socket) -> None:
+    def clear_whole_frames(self) -> None:
+        """Drop every frame not yet begun; a frame half sent is finished, so the stream stays whole."""
+        head = self.parts[0] if self.partial and self.parts else None
+        self.clear()
+        if head is not None:
+            self.parts.append(head)
+            self.size, self.partial = len(head), True
+
+    def send_to(self, sock: socket.socket | PipeOut) -> None:
         while self.parts:
             sent = sock.sendmsg(list(itertools.islice(self.parts, 64)))
             self.size -= sent
@@ -37,8 +48,10 @@ class OutBuffer:
                 if sent >= len(head):
                     sent -= len(head)
                     self.parts.popleft()
+                    self.partial = False
                 else:
                     self.parts[0] = head[sent:]
+                    self.partial = True
                     sent = 0
 
 
@@ -77,3 +90,40 @@ class Replay:
         if self.exit is not None:
             out.append(self.exit)
         return out
+
+
+class Window:
+    """Flow control: the agent sends at most FRAMES output frames of a command beyond what the host
+    acknowledged. Whatever is lost when the link drops is then always still in the Replay, and a
+    link that loses data silently (an attach stream with nobody attached) stalls the command
+    instead of dropping its output."""
+
+    FRAMES = 64  # x at most ~96 KiB an encoded frame: under the Replay's 8 MiB
+
+    def __init__(self) -> None:
+        self.id: Any = None
+        self.sent = 0
+        self.acked = 0
+
+    def sent_frame(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") == "output":
+            if frame["id"] != self.id:
+                self.id, self.acked = frame["id"], 0
+            self.sent = int(frame["seq"])
+
+    def ack(self, cid: Any, seq: Any) -> None:
+        if cid == self.id and isinstance(seq, int) and not isinstance(seq, bool):
+            self.acked = max(self.acked, min(seq, self.sent))
+
+    def open(self) -> bool:
+        return self.sent - self.acked < self.FRAMES
+
+
+class PipeOut:
+    """A pipe's write end with the `sendmsg` that OutBuffer uses on sockets."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def sendmsg(self, buffers: list[memoryview]) -> int:
+        return os.writev(self.fd, buffers)

@@ -15,7 +15,9 @@ def _ppid(pid: int) -> int | None:
         return None
     # The command name may contain spaces and parentheses: parse after the last ')'.
     fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[1]) if len(fields) > 1 else None
+    if len(fields) < 2 or fields[0] == b"Z":
+        return None  # a zombie is dead already: nothing to kill, only (as PID 1) to reap
+    return int(fields[1])
 
 
 def parents() -> dict[int, int]:
@@ -27,6 +29,16 @@ def parents() -> dict[int, int]:
             if ppid is not None:
                 out[int(name)] = ppid
     return out
+
+
+_protected: frozenset[int] = frozenset()
+
+
+def protect(pid: int) -> None:
+    """The shell the agent runs now. As PID 1 the agent is the parent of orphans and of its shell
+    alike: this tells them apart (a watchdog thread may be killing while a new shell starts)."""
+    global _protected
+    _protected = frozenset({pid})
 
 
 def snapshot() -> set[int]:
@@ -42,7 +54,7 @@ def spawned_since(before: set[int], shell_pid: int, keep: set[int]) -> list[int]
     tree = parents()
     ours: list[int] = []
     for pid in tree:
-        if pid in before or pid in keep or pid == shell_pid:
+        if pid in before or pid in keep or pid == shell_pid or pid in _protected:
             continue
         node = tree[pid]
         while True:
@@ -74,6 +86,8 @@ def kill_all(before: set[int], shell_pid: int, keep: set[int]) -> int:
         signal_all(found, signal.SIGKILL)
         killed += len(found)
         time.sleep(0.01)
+        if os.getpid() == 1:
+            reap_orphans(keep=next(iter(_protected), -1))
     return killed
 
 
@@ -87,3 +101,41 @@ def ignores(pid: int, sig: int) -> bool:
     except (OSError, ValueError, IndexError):
         pass
     return False
+
+
+def reap_orphans(keep: int) -> None:
+    """As PID 1: collect every exited child but the shell (its Popen collects it), so zombies of
+    orphaned processes never count against the container's process limit."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None:
+            return
+        if info.si_pid == keep:  # the shell ended: leave it to Popen, then look at the others
+            for pid in _zombies(exclude=keep):
+                _reap(pid)
+            return
+        _reap(info.si_pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _zombies(exclude: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != exclude:
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == b"Z" and int(fields[1]) == os.getpid():
+                out.append(int(entry))
+    return out

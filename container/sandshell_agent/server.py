@@ -18,6 +18,7 @@ from .diskguard import DiskGuard
 from .frames import FrameError, refusal
 from .runner import Runner
 from .shell import Shell
+from .stdio import StdioChannel
 from .watchdog import PidWatchdog
 
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
@@ -49,10 +50,19 @@ class Config:
 
 
 class Agent:
-    def __init__(self, listener: socket.socket, cfg: Config) -> None:
+    def __init__(
+        self, cfg: Config, listener: socket.socket | None = None, stdio: tuple[int, int] | None = None
+    ) -> None:
+        """Serve the host on a listening socket (with the token), or on stdin/stdout (`stdio`)."""
         self.cfg = cfg
         self.sel = selectors.DefaultSelector()
-        self.channel = Channel(listener, self.sel, cfg.token, cfg.max_frame, self._hello)
+        self.channel: Channel | StdioChannel
+        if stdio is not None:
+            self.channel = StdioChannel(*stdio, self.sel, cfg.max_frame, self._hello)
+        else:
+            assert listener is not None
+            self.channel = Channel(listener, self.sel, cfg.token, cfg.max_frame, self._hello)
+        self.pid1 = os.getpid() == 1  # then orphans are ours to reap
         uid = os.getuid()
         user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
         home = os.environ.get("HOME") or "/root"
@@ -96,6 +106,8 @@ class Agent:
             self._file(kind, rid, frame)
         elif kind == "state":
             send({"type": "state", "id": rid, **files.model_state(self.cfg.state_limit)})
+        elif kind == "ack":
+            self.channel.window.ack(rid, frame.get("seq"))
         elif kind == "hello":
             send(error(rid, "bad_request", "already authenticated"))
         else:
@@ -182,13 +194,17 @@ class Agent:
         channel, runner = self.channel, self.runner
         while True:
             # No host, or a host behind: the command waits on its writes; its output is never dropped.
-            runner.watch_output(channel.client is not None and len(channel.outbuf) < OUTBUF_HIGH)
+            flowing = channel.client is not None and len(channel.outbuf) < OUTBUF_HIGH and channel.window.open()
+            runner.watch_output(flowing)
             for key, mask in self.sel.select(self._timeout(time.monotonic())):
                 what = key.data
-                if what == "accept":
+                if what == "accept" and isinstance(channel, Channel):
                     channel.accept()
+                elif what == "flush":
+                    channel.flush()
                 elif what in ("pending", "client"):
-                    frames = channel.handshake(key.fileobj) if what == "pending" else channel.receive(mask)  # type: ignore[arg-type]
+                    pending = what == "pending" and isinstance(channel, Channel)
+                    frames = channel.handshake(key.fileobj) if pending else channel.receive(mask)  # type: ignore[arg-type, union-attr]
                     for frame in frames:
                         if isinstance(frame, FrameError):
                             channel.send(error(None, frame.code, str(frame)))
@@ -207,6 +223,8 @@ class Agent:
             channel.expire(now)
             self._watch(now)
             runner.tick(now)
+            if self.pid1:
+                procs.reap_orphans(keep=runner.shell.pid)
 
 
 def _has_pw(uid: int) -> bool:

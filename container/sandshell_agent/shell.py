@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 
-from . import files
+from . import files, procs
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command; hidden from commands
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
@@ -100,6 +100,7 @@ class Shell:
             pass_fds=(status_w,),
             close_fds=True,
         )
+        procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         if self.file_limit:  # before bash reads its first line; without CAP_SYS_RESOURCE it cannot be raised
             resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
         for fd in (status_w, out_w, err_w, control_r):
