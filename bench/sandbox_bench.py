@@ -1,6 +1,6 @@
 """Sandbox benchmarks: round trip, throughput and host memory, against `docker exec` on the same container.
 
-Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1]
+Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1] [--transport attach|unix]
 Prints a Markdown table (paste into docs/benchmarks.md).
 """
 
@@ -40,6 +40,38 @@ def round_trips(sb: Sandbox, runs: int) -> tuple[list[float], list[float]]:
         subprocess.run(["docker", "exec", sb.container.id, "true"], check=True)
         cli.append(time.perf_counter() - t)
     return agent, cli
+
+
+def bash_pipe_round_trips(sb: Sandbox, runs: int) -> list[float]:
+    """The floor: one bash kept open with `docker exec -i`, a sentinel echoed after each command."""
+    proc = subprocess.Popen(["docker", "exec", "-i", sb.container.id, "bash"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, bufsize=0)  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    times = []
+    for i in range(runs + 5):
+        t = time.perf_counter()
+        proc.stdin.write(f"true; echo __done{i}__\n".encode())
+        buf = b""
+        while f"__done{i}__".encode() not in buf:
+            buf += os.read(proc.stdout.fileno(), 4096)
+        if i >= 5:
+            times.append(time.perf_counter() - t)
+    proc.stdin.close()
+    proc.wait()
+    return times
+
+
+def first_byte(sb: Sandbox, rounds: int = 10) -> list[float]:
+    """From asking for `echo hi; sleep 0.3; echo bye` to its first output on the host."""
+    out = []
+    for _ in range(rounds):
+        start, first = time.perf_counter(), None
+        for event in sb.stream("echo hi; sleep 0.3; echo bye", timeout=10):
+            if isinstance(event, Output) and first is None:
+                first = time.perf_counter() - start
+        assert first is not None
+        out.append(first)
+    return out
 
 
 def throughput(sb: Sandbox, mb: int, rounds: int = 5) -> tuple[float, float]:
@@ -89,12 +121,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--gb", type=int, default=1)
+    ap.add_argument("--transport", default="attach", choices=["attach", "unix", "tcp"])
     args = ap.parse_args()
-    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600,
+                                                              transport=args.transport)  # fmt: skip
     if os.environ.get("BENCH_NO_DISK_LIMITS"):  # the cost of the disk watchdog: compare with and without
         settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         agent, cli = round_trips(sb, args.runs)
+        pipe = bash_pipe_round_trips(sb, args.runs)
+        first = first_byte(sb)
         a_mbs, c_mbs = throughput(sb, args.mb)
         rss0, rss1, secs = peak_rss(sb, args.gb)
     ms = 1000
@@ -105,6 +141,11 @@ def main() -> None:
           f"| {statistics.median(cli) / statistics.median(agent):.0f}x faster |")  # fmt: skip
     print(f"| `true` round trip, p95 | {pct(agent, 0.95) * ms:.2f} ms | {pct(cli, 0.95) * ms:.1f} ms "
           f"| {pct(cli, 0.95) / pct(agent, 0.95):.0f}x faster |")  # fmt: skip
+    p_med = statistics.median(pipe)
+    print(f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
+          f"| {p_med * ms:.2f} ms | {a_med / p_med:.1f}x slower |")  # fmt: skip
+    print(f"| first byte of `echo hi; sleep 0.3; echo bye` (median, worst of {len(first)}) "
+          f"| {statistics.median(first) * ms:.1f} ms, {max(first) * ms:.1f} ms | | |")  # fmt: skip
     print(
         f"| {args.mb} MB of output to the host (median of 5) | {a_mbs:.0f} MB/s | {c_mbs:.0f} MB/s "
         f"| {a_mbs / c_mbs:.2f}x |"

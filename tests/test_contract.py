@@ -8,6 +8,8 @@ import time
 
 import docker
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sandshell.errors import SandboxError
 from sandshell.sandbox import engine
@@ -148,3 +150,29 @@ def test_a_fifo_where_the_shell_saves_its_state_cannot_hang_the_agent(sb: Sandbo
     r = sb.execute("echo alive", timeout=3)
     assert r.output == "alive\n" and not r.lost, r
     sb.execute(f"rm -f {state}/cwd {state}/exports.sh; cd /app")
+
+
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+requests = st.fixed_dictionaries(
+    {"type": st.sampled_from(["run", "read", "write", "state", "ping", "interrupt", "ack", "hello", "x", 7, None])},
+    optional={k: json_value for k in ("id", "command", "path", "content", "limit", "timeout", "append", "seq",
+                                       "resume", "nonce", "version")},
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests)
+def test_the_agent_answers_any_request_and_stays_up(sb: Sandbox, frame: dict[str, object]) -> None:
+    """Any field of any type in any request: the agent answers or refuses, and still serves the next one."""
+    if frame.get("type") == "run" and isinstance(frame.get("command"), str):
+        frame["command"] = "true"  # random text as a command would run: its validation is what is fuzzed
+    if frame.get("type") == "write" and isinstance(frame.get("path"), str):
+        frame["path"] = "/tmp/fuzz/" + str(frame["path"]).replace("/", "_")[:40]
+    assert sb.conn is not None
+    sb.conn.send(frame)  # type: ignore[arg-type]
+    assert sb.ping() < 5.0  # answered, not stuck
+    assert sb.hello.get("pid") == 1

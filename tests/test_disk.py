@@ -28,6 +28,17 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox, Pat
         yield sb, ws
 
 
+@pytest.fixture(scope="module")
+def file_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox, Path]]:
+    """The file limit alone: the workspace and scratch limits are twice as large, so one file at its
+    limit never trips them too (with all three equal, the watchdog could stop the next command)."""
+    ws = tmp_path_factory.mktemp("file") / "workspace"
+    ws.mkdir()
+    s = _base_settings(workspace_limit=2 * LIMIT, scratch_limit=2 * LIMIT, file_limit=LIMIT, exit_timeout=60.0)
+    with Sandbox(workspace=ws, settings=s) as sb:
+        yield sb, ws
+
+
 def free(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
@@ -52,8 +63,8 @@ def stopped_quickly(sb: Sandbox, ws: Path, command: str, setting: str, whole_lin
     return r.notice
 
 
-def test_one_huge_file_stops_at_the_file_limit(box: tuple[Sandbox, Path]) -> None:
-    sb, ws = box
+def test_one_huge_file_stops_at_the_file_limit(file_box: tuple[Sandbox, Path]) -> None:
+    sb, ws = file_box
     cmd = "dd if=/dev/zero of=/app/big bs=1M count=2000"
     notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_FILE_LIMIT", whole_line=False)
     assert "file reached the size limit" in notice
@@ -61,8 +72,8 @@ def test_one_huge_file_stops_at_the_file_limit(box: tuple[Sandbox, Path]) -> Non
     sb.execute("rm -f /app/big")
 
 
-def test_yes_into_a_file_stops_at_the_file_limit(box: tuple[Sandbox, Path]) -> None:
-    sb, ws = box
+def test_yes_into_a_file_stops_at_the_file_limit(file_box: tuple[Sandbox, Path]) -> None:
+    sb, ws = file_box
     stopped_quickly(sb, ws, "yes > /app/y", "SANDSHELL_FILE_LIMIT", whole_line=False)
     sb.execute("rm -f /app/y")
 

@@ -85,3 +85,32 @@ def test_raw_output_frames_survive_any_split(chunks: list[tuple[str, str]], cut:
     expected = [{**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
                 for f in frames]  # fmt: skip
     assert out == expected
+
+
+frames = st.dictionaries(
+    st.sampled_from(["exit_code", "error", "notice", "timed_out", "signal", "spill_path", "output_bytes",
+                     "duration", "user", "host", "cwd", "tail", "path", "content", "size", "truncated",
+                     "goal", "system", "config", "x"]),
+    json_values, max_size=12,
+)  # fmt: skip
+
+
+@FUZZ
+@given(frames)
+def test_the_hosts_result_parser_takes_any_frame(frame: dict[str, object]) -> None:
+    """Whatever an agent (or an attacker posing as one) sends, the host gets well-typed values or
+    its own error, never a crash later when the result is shown or given to the model."""
+    from sandshell.model.context import brief_command, observe_command
+    from sandshell.sandbox.protocol import FileContent, ModelState, Result
+    from sandshell.session import events
+    from sandshell.session.transcript import render
+
+    r = Result.from_frame("cmd", frame)
+    assert r.return_code is None or type(r.return_code) is int
+    assert all(isinstance(v, str) for v in (r.user, r.host, r.cwd, r.tail))
+    assert all(v is None or isinstance(v, str) for v in (r.error, r.notice, r.signal, r.spill_path))
+    r.status_line(), r.prompt(), observe_command(r, 1000), brief_command(r)
+    render(events.ActionFinished(actions.Action("bash", "cmd"), "x", r, ok=r.ok))
+    f = FileContent.from_frame(frame)
+    assert f.content is None or isinstance(f.content, str)
+    ModelState.from_frame(frame)

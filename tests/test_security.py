@@ -283,8 +283,8 @@ def test_an_unwritable_sessions_folder_is_one_sentence(workspace: Path) -> None:
 
 def test_a_set_uid_file_left_in_the_workspace_loses_the_bit(sb: Sandbox, shared_workspace: Path) -> None:
     """A set-uid root shell left in /app would be one on the host too: the agent takes the bits off."""
-    r = sb.execute("cp /bin/sh /app/rootsh && chmod 6755 /app/rootsh && stat -c %a /app/rootsh")
-    assert r.output.strip() == "6755"  # the model could set it: the control is taking it off
+    r = sb.execute("cp /bin/sh /app/rootsh && chmod 6755 /app/rootsh")
+    assert r.return_code == 0  # the model may set it (the watchdog may already have taken it off)
     deadline = time.monotonic() + 10
     while (shared_workspace / "rootsh").stat().st_mode & (stat.S_ISUID | stat.S_ISGID):
         assert time.monotonic() < deadline, "the set-uid bit stayed on the host's copy"

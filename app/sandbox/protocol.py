@@ -11,6 +11,7 @@ user, host, cwd}, gap{id, from, to}, file, written, state, pong, error{id, code,
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,25 +73,26 @@ class Result:
     @classmethod
     def from_frame(cls, command: str, f: dict[str, Any]) -> Result:
         """The agent's exit frame as a Result."""
+        code = f.get("exit_code")
         return cls(
             command=command,
-            return_code=f.get("exit_code"),
-            error=f.get("error"),
-            notice=f.get("notice"),
-            timed_out=bool(f.get("timed_out")),
-            interrupted=bool(f.get("interrupted")),
-            restarted=bool(f.get("restarted")),
-            output_limited=bool(f.get("output_limited")),
-            truncated=bool(f.get("truncated")),
-            syntax_error=bool(f.get("syntax_error")),
-            signal=f.get("signal"),
-            spill_path=f.get("spill_path"),
-            output_bytes=int(f.get("output_bytes") or 0),
-            duration=float(f.get("duration") or 0.0),
-            user=str(f.get("user") or "root"),
-            host=str(f.get("host") or "sandbox"),
-            cwd=str(f.get("cwd") or "/"),
-            tail=f.get("tail") or "",
+            return_code=code if type(code) is int else None,  # whatever arrives: right types, or nothing
+            error=_text(f, "error"),
+            notice=_text(f, "notice"),
+            timed_out=f.get("timed_out") is True,
+            interrupted=f.get("interrupted") is True,
+            restarted=f.get("restarted") is True,
+            output_limited=f.get("output_limited") is True,
+            truncated=f.get("truncated") is True,
+            syntax_error=f.get("syntax_error") is True,
+            signal=_text(f, "signal"),
+            spill_path=_text(f, "spill_path"),
+            output_bytes=_number(f, "output_bytes", int),
+            duration=_number(f, "duration", float),
+            user=_text(f, "user") or "root",
+            host=_text(f, "host") or "sandbox",
+            cwd=_text(f, "cwd") or "/",
+            tail=_text(f, "tail") or "",
         )
 
     @property
@@ -125,6 +127,18 @@ class Result:
         return ", ".join(parts)
 
 
+def _text(frame: dict[str, Any], key: str) -> str | None:
+    value = frame.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _number(frame: dict[str, Any], key: str, kind: type[int] | type[float]) -> Any:
+    value = frame.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return kind(value)
+    return kind(0)
+
+
 @dataclass(frozen=True)
 class FileContent:
     """A file read from the container (bounded); `error` says why there is no content."""
@@ -138,11 +152,11 @@ class FileContent:
     @classmethod
     def from_frame(cls, frame: dict[str, Any]) -> FileContent:
         return cls(
-            path=str(frame.get("path", "")),
+            path=_text(frame, "path") or "",
             content=frame.get("content") if isinstance(frame.get("content"), str) else None,
-            error=frame.get("error") if isinstance(frame.get("error"), str) else None,
-            size=int(frame.get("size") or 0),
-            truncated=bool(frame.get("truncated")),
+            error=_text(frame, "error"),
+            size=_number(frame, "size", int),
+            truncated=frame.get("truncated") is True,
         )
 
 

@@ -44,6 +44,7 @@ class Command:
         self.pending: list[tuple[str, list[str]]] = []  # (stream, texts) in arrival order
         self.pending_chars = 0
         self.pending_since: float | None = None
+        self.last_flush = float("-inf")
         self.timed_out = False
         self.interrupted = False
         self.output_limited = False
@@ -108,9 +109,12 @@ class Command:
             self._spill = None
 
     def flush_due(self, now: float) -> bool:
+        """Output after a quiet spell goes at once (the first byte must not wait); output that keeps
+        coming is coalesced into chunks of FLUSH_SECONDS or CHUNK_CHARS, whichever comes first."""
         if self.pending_since is None:
             return False
-        return now - self.pending_since >= FLUSH_SECONDS or self.pending_chars >= CHUNK_CHARS
+        quiet = now - self.last_flush >= FLUSH_SECONDS
+        return quiet or now - self.pending_since >= FLUSH_SECONDS or self.pending_chars >= CHUNK_CHARS
 
     def frames(self, final: bool = False) -> list[dict[str, Any]]:
         """Drain queued text into output frames in arrival order, at most CHUNK_CHARS each."""
@@ -136,6 +140,8 @@ class Command:
         self.pending = []
         self.pending_chars = 0
         self.pending_since = None
+        if out:
+            self.last_flush = time.monotonic()
         return out
 
     # -- the end -----------------------------------------------------------------------------
