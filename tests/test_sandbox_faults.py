@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -240,3 +241,16 @@ def test_files_made_as_root_go_back_to_a_non_root_workspace_owner(workspace: Pat
     for path in ("a", "a/b", "a/b/f", "top", "written.txt"):
         st = (workspace / path).stat()
         assert (st.st_uid, st.st_gid) == (1234, 2345), path
+
+
+@pytest.mark.parametrize("mode", ["rw", "copy"])
+def test_locked_works_on_a_root_owned_workspace(workspace: Path, settings: Settings, mode: str) -> None:
+    """As our machines run it (the host user, and so the workspace, is root): locked starts in every
+    mode and the model can write /app; in copy mode the host folder is never touched."""
+    os.chown(workspace, 0, 0)
+    (workspace / "goal").write_text("kept")
+    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked", workspace_mode=mode)) as sb:
+        r = sb.execute("echo x > /app/new && cat /app/goal && touch /usr/x 2>/dev/null || echo read-only-root")
+        assert r.output == "keptread-only-root\n", r  # the goal has no newline
+        assert "CapEff:\t0000000000000000" in sb.execute("grep CapEff /proc/self/status").output
+    assert (workspace / "new").exists() == (mode == "rw")

@@ -25,7 +25,6 @@ SOCKET_IN_CONTAINER = "/run/sandshell"
 # What `standard` keeps of Docker's default capabilities: enough for apt-get and chown, no raw
 # sockets, no mknod, no audit, no chroot.
 STANDARD_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE"]
-LOCKED_UID = 1000
 
 
 def runtime_dir(settings: Settings) -> Path:
@@ -66,11 +65,11 @@ class ContainerSpec:
         return st.st_uid, st.st_gid
 
     def sandbox_user(self) -> tuple[int, int] | None:
-        """The user the agent runs as: root in standard, a non-root user in locked."""
+        """The user the agent runs as: root with a few capabilities in standard; in locked the workspace
+        owner with none (when that owner is root, uid 0 without capabilities can only own files)."""
         if self.settings.profile == "standard":
             return None
-        uid, gid = self.owner()
-        return (uid, gid) if uid != 0 else (LOCKED_UID, LOCKED_UID)
+        return self.owner()  # root included: with every capability dropped it can only own files
 
     def prepare_socket_dir(self) -> Path:
         base = runtime_dir(self.settings)
@@ -170,8 +169,8 @@ class ContainerSpec:
             kwargs["network_mode"] = "none"
             kwargs["read_only"] = True
             tmpfs["/run/sandshell-agent"] = "rw,nosuid,nodev,size=64m"
-            if s.workspace_mode == "copy":
-                tmpfs["/app"] = "rw,exec,nosuid,nodev,mode=1777" + _size(s.workspace_limit)
+            if s.workspace_mode == "copy":  # a volume (removed with the container): the copy can go in
+                kwargs["mounts"] = [docker.types.Mount("/app", None, type="volume")]  # with a read-only root
         elif self.transport == "tcp":
             kwargs["ports"] = {f"{AGENT_PORT}/tcp": ("127.0.0.1", None)}
         return kwargs
@@ -189,7 +188,7 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
         container = client.containers.create(**spec.run_kwargs())
         if spec.settings.workspace_mode == "copy":
-            container.put_archive("/app", _tar(spec.workspace))
+            container.put_archive("/app", _tar(spec.workspace, spec.sandbox_user()))
         container.start()
         return container
     except docker.errors.ImageNotFound:
@@ -232,14 +231,22 @@ def _size(limit: int) -> str:
 def _remove(container: Any) -> None:
     if container is not None:
         try:
-            container.remove(force=True)
+            container.remove(force=True, v=True)
         except docker.errors.APIError:
             pass
 
 
-def _tar(folder: Path) -> bytes:
+def _tar(folder: Path, user: tuple[int, int] | None = None) -> bytes:
+    """The workspace as a tar (links stored as links, never followed), owned by `user` if given."""
+
+    def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if user is not None:
+            info.uid, info.gid = user
+        info.mode &= ~0o6000  # no set-id bits go in either
+        return info
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for entry in sorted(folder.iterdir()):
-            tar.add(entry, arcname=entry.name)  # symlinks are stored as links, never followed
+            tar.add(entry, arcname=entry.name, filter=own)
     return buf.getvalue()

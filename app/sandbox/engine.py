@@ -53,7 +53,7 @@ def reap(c: docker.DockerClient) -> list[str]:
         owner_gone = labels.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid))
         if owner_gone or listed.get("State") in ("exited", "dead"):
             try:
-                c.api.remove_container(listed["Id"], force=True)
+                c.api.remove_container(listed["Id"], force=True, v=True)
                 removed.append((listed.get("Names") or [listed["Id"][:12]])[0].lstrip("/"))
             except docker.errors.APIError:
                 pass  # gone already, or being removed by its owner

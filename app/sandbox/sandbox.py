@@ -115,7 +115,7 @@ class Sandbox:
     def _remove_container(self) -> None:
         if self.container is not None:
             try:
-                self.container.remove(force=True)
+                self.container.remove(force=True, v=True)  # and its /app volume in locked copy mode
             except docker.errors.APIError:
                 pass
             self.container = None
