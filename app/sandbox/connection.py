@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import select
 import socket
@@ -213,6 +214,20 @@ class AttachConnection(Connection):
         self._sync = None
         self._frames.extend(self._reader.feed(line))
         self._frames.extend(self._reader.feed(rest))
+
+    def close(self) -> None:
+        """Close the attach for good: the socket, its file object and the HTTP response that holds
+        it (a socket closed with other references left open stays open, and the engine goes on
+        writing to an attach nobody reads)."""
+        sock, attached = self.sock, getattr(self, "_attached", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for part in (attached, getattr(attached, "_response", None)):
+            with contextlib.suppress(Exception):
+                part.close()  # type: ignore[union-attr]
+        self._attached = None
+        super().close()
 
 
 ATTACH = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
