@@ -290,3 +290,14 @@ def test_a_set_uid_file_left_in_the_workspace_loses_the_bit(sb: Sandbox, shared_
         assert time.monotonic() < deadline, "the set-uid bit stayed on the host's copy"
         time.sleep(0.2)
     sb.execute("rm -f /app/rootsh")
+
+
+def test_a_set_uid_file_its_locked_owner_made_unreadable_loses_the_bit(workspace: Path, settings: Settings) -> None:
+    """In locked the agent is not root: a `chmod 4311` file (no read bit for anyone) still loses it."""
+    os.chown(workspace, 1000, 1000)
+    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+        assert sb.execute("cp /bin/sh /app/s && chmod 4311 /app/s").return_code == 0
+        deadline = time.monotonic() + 10
+        while (workspace / "s").stat().st_mode & stat.S_ISUID:
+            assert time.monotonic() < deadline, "the set-uid bit stayed on an unreadable file"
+            time.sleep(0.2)

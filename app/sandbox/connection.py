@@ -46,10 +46,8 @@ class Connection:
         self._frames.clear()
         hello = {"type": "hello", "version": PROTOCOL_VERSION, "resume": resume, "nonce": self.nonce}
         self.send({**hello, "token": self.token} if self.token else hello, lead=b"\n")
-        deadline = time.monotonic() + timeout
-        reply = self.recv(deadline)
-        while reply.get("type") in ("output", "exit", "gap"):  # sent before our hello on a socket
-            reply = self.recv(deadline)  # that was in flight; what we missed comes again after it
+        # The agent's hello comes first: a socket is fresh, and an attach skips what precedes it (_stdout)
+        reply = self.recv(time.monotonic() + timeout)
         if reply.get("type") == "error":
             raise ProtocolError(f"the agent refused the connection: {reply.get('message')}", str(reply.get("code")))
         if reply.get("type") != "hello" or reply.get("version") != PROTOCOL_VERSION:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.text import Text
 from textual import work
@@ -53,7 +54,7 @@ class SandshellApp(Steering, App[None]):
     ) -> None:
         super().__init__()
         self.replaying = replaying
-        self.recording: object = None  # the session's folder, once it started
+        self.recording: Path | None = None  # the session folder, once it started
         self.edit_path = ""
         self.runner = runner
         self.control = control

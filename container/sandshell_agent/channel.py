@@ -15,7 +15,7 @@ from typing import Any
 
 from . import PROTOCOL_VERSION
 from .frames import FrameError, FrameReader, encode
-from .outbox import OutBuffer, Replay, Window
+from .outbox import OutBuffer, Replay, Sender, Window
 
 READ_BYTES = 64 * 1024
 # Output kept for a host that reconnects mid-command: more than can be in flight when the link
@@ -28,7 +28,7 @@ def error(rid: Any, code: str, message: str) -> dict[str, Any]:
     return {"type": "error", "id": rid, "code": code, "message": message}
 
 
-class Channel:
+class Channel(Sender):
     """Accepts connections, authenticates them with the session token, and keeps one client."""
 
     def __init__(
@@ -52,17 +52,7 @@ class Channel:
         self.replay = Replay(REPLAY_BYTES)
         self.window = Window()
 
-    # -- sending -----------------------------------------------------------------------------
-    def send(self, frame: dict[str, Any]) -> None:
-        data = encode(frame)
-        if frame.get("type") in ("output", "exit"):
-            self.replay.remember(frame, data)
-            self.window.sent_frame(frame)
-        if self.client is None:
-            return
-        self.outbuf.append(data)
-        self.flush()
-
+    # -- sending (send and resume: Sender) ---------------------------------------------------
     def flush(self) -> None:
         if self.client is None or not self.outbuf:
             return
@@ -146,11 +136,7 @@ class Channel:
         self.reader = reader  # with whatever part of a frame it holds
         self.sel.register(conn, selectors.EVENT_READ, "client")
         self.send({"type": "hello", "version": PROTOCOL_VERSION, **self.hello()})
-        if isinstance(resume, dict):
-            self.window.ack(resume.get("id"), resume.get("seq"))
-            for data in self.replay.after(resume.get("id"), int(resume.get("seq") or 0)):
-                self.outbuf.append(data)
-            self.flush()
+        self.resume(resume)
 
     def receive(self, mask: int) -> list[dict[str, Any] | FrameError]:
         """Frames the client sent (after a flush if it can take more); [] when it went away."""

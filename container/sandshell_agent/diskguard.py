@@ -105,16 +105,17 @@ class Tree:
 
 
 def _strip_setid(path: str) -> None:
-    """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off
-    (through the file itself, never a link put in its place)."""
+    """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off,
+    through the file itself (an O_PATH descriptor: never a link put in its place, and a file its owner
+    made unreadable, `chmod 4311`, still loses them)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
     except OSError:
         return
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~SETID)
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SETID)
     except OSError:
         pass
     finally:

@@ -127,3 +127,37 @@ class PipeOut:
 
     def sendmsg(self, buffers: list[memoryview]) -> int:
         return os.writev(self.fd, buffers)
+
+
+class Sender:
+    """What both channels (socket and stdio) do with an outgoing frame: keep a command's output for
+    a resume, count it for flow control, and queue it for the host if one is there."""
+
+    client: object | None
+    outbuf: OutBuffer
+    replay: Replay
+    window: Window
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def send(self, frame: dict[str, Any]) -> None:
+        data = encode(frame)
+        if frame.get("type") in ("output", "exit"):
+            self.replay.remember(frame, data)
+            self.window.sent_frame(frame)
+        if self.client is None:
+            return
+        self.outbuf.append(data)
+        self.flush()
+
+    def resume(self, resume: Any) -> None:
+        """After a host's hello: what it missed of the running command, from its last sequence number."""
+        if not isinstance(resume, dict):
+            return
+        seq = resume.get("seq")
+        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else 0
+        self.window.ack(resume.get("id"), seq)
+        for data in self.replay.after(resume.get("id"), seq):
+            self.outbuf.append(data)
+        self.flush()

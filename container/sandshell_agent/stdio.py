@@ -17,7 +17,7 @@ from typing import Any
 from . import PROTOCOL_VERSION
 from .channel import READ_BYTES, REPLAY_BYTES, error
 from .frames import FrameError, FrameReader, encode
-from .outbox import OutBuffer, PipeOut, Replay, Window
+from .outbox import OutBuffer, PipeOut, Replay, Sender, Window
 
 PR_SET_DUMPABLE = 4
 
@@ -38,7 +38,7 @@ def seal() -> tuple[int, int]:
     return fd_in, fd_out
 
 
-class StdioChannel:
+class StdioChannel(Sender):
     """The same interface as `Channel`: send, flush, receive; the host says hello on every attach."""
 
     def __init__(
@@ -54,16 +54,6 @@ class StdioChannel:
         self.window = Window()
         self.writing = False
         sel.register(fd_in, selectors.EVENT_READ, "client")
-
-    def send(self, frame: dict[str, Any]) -> None:
-        data = encode(frame)
-        if frame.get("type") in ("output", "exit"):
-            self.replay.remember(frame, data)
-            self.window.sent_frame(frame)
-        if self.client is None:
-            return
-        self.outbuf.append(data)
-        self.flush()
 
     def flush(self) -> None:
         if self.outbuf:
@@ -108,13 +98,7 @@ class StdioChannel:
         nonce = frame.get("nonce")
         nonce = nonce[:64] if isinstance(nonce, str) else ""
         self.send({"type": "hello", "version": PROTOCOL_VERSION, "nonce": nonce, **self.hello()})
-        resume = frame.get("resume")
-        if isinstance(resume, dict):
-            seq = int(resume.get("seq") or 0) if str(resume.get("seq") or 0).isdigit() else 0
-            self.window.ack(resume.get("id"), seq)
-            for data in self.replay.after(resume.get("id"), seq):
-                self.outbuf.append(data)
-            self.flush()
+        self.resume(frame.get("resume"))
 
     def _reply(self, frame: dict[str, Any]) -> None:
         self.outbuf.append(encode(frame))
