@@ -20,7 +20,7 @@ def prepare() -> int:
     from sandshell.sandbox.image import ensure_image
 
     settings = config.load()
-    client = engine.client()
+    client = engine.client(settings)
     for name in engine.reap(client):
         say(f"removed leftover container {name}")
     tag = ensure_image(client, settings, say)

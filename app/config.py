@@ -93,6 +93,30 @@ class Settings:
         "attach (the agent's stdin/stdout through the Docker API: nothing inside can reach it; works on any "
         "engine); unix or tcp (a token-guarded socket: for debugging, the token is readable inside)",
     )
+    docker_host: str = _f(
+        "SANDSHELL_DOCKER_HOST",
+        "",
+        "the Docker engine sandboxes run on: unix:///path.sock, tcp://HOST:PORT (mutual TLS with "
+        "SANDSHELL_DOCKER_TLS) or ssh://USER@HOST; empty: DOCKER_HOST from the environment, else the local socket",
+    )
+    docker_tls: str = _f(
+        "SANDSHELL_DOCKER_TLS",
+        "",
+        "folder with ca.pem, cert.pem and key.pem for a tcp:// engine (empty: DOCKER_CERT_PATH when "
+        "DOCKER_TLS_VERIFY is set)",
+    )
+    workspace_transfer: Literal["auto", "mount", "archive"] = _f(
+        "SANDSHELL_WORKSPACE_TRANSFER",
+        "auto",
+        "mount (the host folder is mounted, nosuid and nodev), archive (copied in through the engine's API "
+        "and, in rw mode, copied back) or auto (mount on a local engine, archive on a remote one)",
+    )
+    sync_seconds: float = _f(
+        "SANDSHELL_SYNC_SECONDS",
+        30.0,
+        "archive transfer in rw mode: after an action, copy /app back to the host folder when this many "
+        "seconds passed since the last copy (0: only at the end and when asked)",
+    )
     runtime_dir: str = _f(
         "SANDSHELL_RUNTIME_DIR",
         "",

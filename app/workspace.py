@@ -77,7 +77,7 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
     try:
         from sandshell.sandbox import engine
 
-        for name in engine.reap(engine.client()):
+        for name in engine.reap(engine.client(settings)):
             say(f"removed leftover container {name}")
     except SandshellError as e:
         say(f"leftover containers were not checked: {e}")

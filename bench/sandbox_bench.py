@@ -1,6 +1,8 @@
 """Sandbox benchmarks: round trip, throughput and host memory, against `docker exec` on the same container.
 
-Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1] [--transport attach|unix]
+Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1] [--transport attach|unix] [--tls-engine]
+--tls-engine runs it all on a second dockerd on 127.0.0.1 with mutual TLS (tests/engines.py), the
+workspace copied in through the API; `docker exec` then goes there too (DOCKER_HOST, DOCKER_CERT_PATH).
 Prints a Markdown table (paste into docs/benchmarks.md).
 """
 
@@ -122,9 +124,21 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--gb", type=int, default=1)
     ap.add_argument("--transport", default="attach", choices=["attach", "unix", "tcp"])
+    ap.add_argument("--tls-engine", action="store_true", help="on a second dockerd with mutual TLS")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600,
                                                               transport=args.transport)  # fmt: skip
+    if not args.tls_engine:
+        return run(settings, args)
+    from tests import engines
+
+    with tempfile.TemporaryDirectory() as base, engines.tls_engine(Path(base)) as e:
+        os.environ.update(DOCKER_HOST=e.url, DOCKER_TLS_VERIFY="1", DOCKER_CERT_PATH=str(e.certs))  # docker exec
+        print(f"(on a second dockerd at {e.url}, mutual TLS)")
+        run(settings.replace(docker_host=e.url, docker_tls=str(e.certs)), args)
+
+
+def run(settings: config.Settings, args: argparse.Namespace) -> None:
     if os.environ.get("BENCH_NO_DISK_LIMITS"):  # the cost of the disk watchdog: compare with and without
         settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:

@@ -329,3 +329,25 @@ async def test_a_start_error_is_shown_whole_and_again_after_quit(
     said = capsys.readouterr().err
     assert "sandshell: session error" in said and "why:" in said and "LLAMA_MODEL_PATH" in said
     assert "0 turns" in said
+
+
+async def test_w_copies_the_workspace_back_while_the_session_runs(workspace: Path, tmp_path: Path) -> None:
+    """With the workspace travelling as a copy (an engine elsewhere), `w` brings /app back now; the
+    key is hidden when the folder is mounted."""
+    s = settings_for(workspace, tmp_path, {"bash": "echo made > /app/made.txt"}, *[{"bash": "sleep 0.2"}] * 200,
+                     workspace_transfer="archive", sync_seconds=0.0)  # fmt: skip
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "echo made" in log_text(app) and app.check_action("sync", ()) is True)
+        assert not (workspace / "made.txt").exists()
+        await pilot.press("w")
+        await wait_for(pilot, lambda: (workspace / "made.txt").exists())
+        await wait_for(pilot, lambda: "/app copied back" in log_text(app))
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
+    mounted = live_app(settings_for(workspace, tmp_path, *[{"bash": "sleep 0.2"}] * 200))
+    async with mounted.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "sleep 0.2" in log_text(mounted))
+        assert mounted.ended is None and mounted.check_action("sync", ()) is False
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not mounted.is_running)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
 import os
 import secrets
 import shutil
 import socket
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
-from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL
+from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL, archive_transfer
+from sandshell.sandbox.transfer import fill_volume, pack
 
 AGENT_PORT = 7000
 SOCKET_IN_CONTAINER = "/run/sandshell"
@@ -125,8 +125,6 @@ class ContainerSpec:
         mounts: dict[str, dict[str, str]] = {}
         if sock_dir is not None:
             mounts[str(sock_dir)] = {"bind": SOCKET_IN_CONTAINER, "mode": "rw"}
-        if s.workspace_mode in ("rw", "ro"):
-            mounts[str(self.workspace)] = {"bind": "/app", "mode": s.workspace_mode}
         command = ["python3", "-m", "sandshell_agent"]
         if self.transport == "attach":
             command.append("--stdio")
@@ -140,7 +138,7 @@ class ContainerSpec:
             "command": command,
             "name": self.name,
             "hostname": "sandbox",
-            "labels": {LABEL: self.session_id, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()},
+            "labels": self.labels(),
             "environment": self.environment(),
             "volumes": mounts,
             "working_dir": "/app",
@@ -165,15 +163,37 @@ class ContainerSpec:
         # size option for a container's own layer; that layer is watched by the agent instead.
         tmpfs = {"/tmp": "rw,exec,nosuid,nodev,mode=1777" + _size(s.scratch_limit)}
         kwargs["tmpfs"] = tmpfs
+        kwargs["mounts"] = [self.app_mount()]
         if locked:
             kwargs["network_mode"] = "none"
             kwargs["read_only"] = True
             tmpfs["/run/sandshell-agent"] = "rw,nosuid,nodev,size=64m"
-            if s.workspace_mode == "copy":  # a volume (removed with the container): the copy can go in
-                kwargs["mounts"] = [docker.types.Mount("/app", None, type="volume")]  # with a read-only root
         elif self.transport == "tcp":
             kwargs["ports"] = {f"{AGENT_PORT}/tcp": ("127.0.0.1", None)}
         return kwargs
+
+    @property
+    def archive(self) -> bool:
+        """Whether /app is filled through the engine's API (copy mode, or an engine on another machine)."""
+        return self.settings.workspace_mode == "copy" or archive_transfer(self.settings)
+
+    @property
+    def volume(self) -> str:
+        """The named volume that carries a read-only workspace to a remote engine."""
+        return f"{self.name}-app"
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL: self.session_id, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}
+
+    def app_mount(self) -> docker.types.Mount:
+        """/app: the host folder bound in, or a volume the workspace is copied into (see transfer)."""
+        mode = self.settings.workspace_mode
+        # A new volume takes the image's /app (mode 1777): a non-root sandbox user may write the copy
+        if self.archive and mode == "ro":
+            return docker.types.Mount("/app", self.volume, type="volume", read_only=True)
+        if self.archive:  # anonymous: removed with the container
+            return docker.types.Mount("/app", None, type="volume")
+        return docker.types.Mount("/app", str(self.workspace), type="bind", read_only=mode == "ro")
 
     def cleanup(self) -> None:
         if self.socket_dir is not None:
@@ -182,25 +202,30 @@ class ContainerSpec:
 
 
 def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
-    """Create and start the container; on any failure nothing is left behind."""
+    """Create and start the container, the workspace copied in when it is not mounted; on any failure
+    nothing is left behind."""
     container = None
     try:
+        if spec.archive and spec.settings.workspace_mode == "ro":
+            client.volumes.create(spec.volume, labels=spec.labels())
         # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
         container = client.containers.create(**spec.run_kwargs())
-        if spec.settings.workspace_mode == "copy":
-            container.put_archive("/app", _tar(spec.workspace, spec.sandbox_user()))
+        if spec.archive:
+            with pack(spec.workspace, spec.sandbox_user()) as data:
+                if spec.settings.workspace_mode == "ro":
+                    fill_volume(client, spec.image, spec.volume, data, spec.labels())
+                else:
+                    container.put_archive("/app", data)
         container.start()
         return container
     except docker.errors.ImageNotFound:
-        _remove(container)
+        _remove(client, container, spec)
         raise SandboxError(f"the sandbox image {spec.image} is missing; run ./start.sh to build it") from None
     except docker.errors.APIError as e:
-        _remove(container)
-        spec.cleanup()
+        _remove(client, container, spec)
         raise SandboxError(f"cannot start the sandbox container: {e.explanation or e}") from None
     except BaseException:
-        _remove(container)
-        spec.cleanup()
+        _remove(client, container, spec)
         raise
 
 
@@ -228,25 +253,16 @@ def _size(limit: int) -> str:
     return f",size={int(limit)}" if limit else ""
 
 
-def _remove(container: Any) -> None:
+def _remove(client: docker.DockerClient, container: Any, spec: ContainerSpec) -> None:
+    remove_container(client, container, spec)
+    spec.cleanup()
+
+
+def remove_container(client: docker.DockerClient, container: Any, spec: ContainerSpec | None) -> None:
+    """Remove the container with its anonymous /app volume, and the named one of a remote ro workspace."""
     if container is not None:
-        try:
+        with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True, v=True)
-        except docker.errors.APIError:
-            pass
-
-
-def _tar(folder: Path, user: tuple[int, int] | None = None) -> bytes:
-    """The workspace as a tar (links stored as links, never followed), owned by `user` if given."""
-
-    def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        if user is not None:
-            info.uid, info.gid = user
-        info.mode &= ~0o6000  # no set-id bits go in either
-        return info
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for entry in sorted(folder.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=own)
-    return buf.getvalue()
+    if spec is not None and spec.archive and spec.settings.workspace_mode == "ro":
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_volume(spec.volume, force=True)

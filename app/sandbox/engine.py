@@ -6,10 +6,17 @@ import os
 import secrets
 import socket
 import time
+from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
+import docker.tls
+import docker.utils
+import requests.exceptions
+from docker.constants import DEFAULT_DOCKER_API_VERSION
 
+from sandshell.config import Settings
 from sandshell.errors import DockerUnavailable
 
 LABEL = "sandshell.session"
@@ -17,18 +24,60 @@ PID_LABEL = "sandshell.pid"
 HOST_LABEL = "sandshell.host"
 
 
-def client() -> docker.DockerClient:
-    """A Docker client that has answered a ping, or DockerUnavailable with what to do."""
+def client(settings: Settings | None = None) -> docker.DockerClient:
+    """A Docker client for the configured engine that has answered a ping, or DockerUnavailable with what to do."""
+    host = settings.docker_host if settings is not None else ""
+    where = host or os.environ.get("DOCKER_HOST") or "the local Docker socket"
     try:
-        c = docker.from_env(timeout=60)
+        if host:
+            tls = _tls(settings.docker_tls) if settings is not None and settings.docker_tls else False
+            kwargs: dict[str, Any] = {"base_url": host, "tls": tls}
+        else:
+            kwargs = docker.utils.kwargs_from_env()  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH
+        ssh = str(kwargs.get("base_url", "")).startswith("ssh://")
+        # No version="auto": it asks the engine before trust_env can be turned off, and requests would
+        # let a REQUESTS_CA_BUNDLE (or a proxy) in the environment replace the engine's CA.
+        c = docker.DockerClient(**kwargs, timeout=60, version=DEFAULT_DOCKER_API_VERSION, use_ssh_client=ssh)
+        c.api.trust_env = False
+        c.api._version = c.api.version(api_version=False)["ApiVersion"]  # what version="auto" does
         c.ping()
         return c
-    except docker.errors.DockerException as e:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
         reason = str(e).split("(")[0].strip()[:160]
+        if host or os.environ.get("DOCKER_HOST"):
+            raise DockerUnavailable(
+                f"the Docker engine at {where} does not answer ({reason}); check SANDSHELL_DOCKER_HOST "
+                "(or DOCKER_HOST), its certificates (SANDSHELL_DOCKER_TLS) and that it runs"
+            ) from None
         raise DockerUnavailable(
             f"no Docker engine answers ({reason}); start Docker (e.g. `sudo systemctl start docker`) "
             "and make sure your user may use it"
         ) from None
+
+
+def _tls(folder: str) -> docker.tls.TLSConfig:
+    """Mutual TLS from a folder holding ca.pem, cert.pem and key.pem (as `docker --tlsverify` expects)."""
+    certs = Path(folder).expanduser()
+    missing = [n for n in ("ca.pem", "cert.pem", "key.pem") if not (certs / n).is_file()]
+    if missing:
+        raise DockerUnavailable(
+            f"SANDSHELL_DOCKER_TLS={folder} lacks {', '.join(missing)}; it must hold ca.pem, cert.pem and key.pem"
+        )
+    return docker.tls.TLSConfig(
+        client_cert=(str(certs / "cert.pem"), str(certs / "key.pem")), ca_cert=str(certs / "ca.pem"), verify=True
+    )
+
+
+def is_local(settings: Settings) -> bool:
+    """Whether the engine shares this machine's filesystem (a unix socket), so the workspace can be mounted."""
+    host = settings.docker_host or os.environ.get("DOCKER_HOST", "")
+    return host == "" or host.startswith("unix://")
+
+
+def archive_transfer(settings: Settings) -> bool:
+    """Whether the workspace goes in (and comes back) through the engine's API instead of a mount."""
+    mode = settings.workspace_transfer
+    return mode == "archive" or (mode == "auto" and not is_local(settings))
 
 
 def _alive(pid: int) -> bool:
@@ -57,6 +106,16 @@ def reap(c: docker.DockerClient) -> list[str]:
                 removed.append((listed.get("Names") or [listed["Id"][:12]])[0].lstrip("/"))
             except docker.errors.APIError:
                 pass  # gone already, or being removed by its owner
+    listed_volumes = c.api.volumes(filters={"label": [LABEL, PID_LABEL, HOST_LABEL], "dangling": True}) or {}
+    for volume in listed_volumes.get("Volumes") or []:  # a remote read-only workspace's copy
+        labels = volume.get("Labels") or {}
+        pid = labels.get(PID_LABEL, "")
+        if labels.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid)):
+            try:
+                c.api.remove_volume(volume["Name"])
+                removed.append(volume["Name"])
+            except docker.errors.APIError:
+                pass  # in use again, or gone
     return removed
 
 

@@ -16,6 +16,7 @@ import docker.errors
 from sandshell.config import Settings
 from sandshell.errors import ImageError
 from sandshell.resources import container_dir
+from sandshell.sandbox.engine import is_local
 
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
 # Images carry their own key: a container inherits its image's labels, and one made from the
@@ -111,10 +112,45 @@ def resolve_base(client: docker.DockerClient, settings: Settings, log: Log, log_
 
 
 def ensure_image(client: docker.DockerClient, settings: Settings, log: Log = lambda _m: None) -> str:
-    """Return the tag of an up-to-date sandbox image, building it (and its base) if needed."""
+    """Return the tag of an up-to-date sandbox image, building it (and its base) if needed. A remote
+    engine gets the image built here, streamed to it (`docker save | docker load`)."""
     tag = f"{settings.image}:{context_hash()}"
     if _exists(client, tag):
         return tag
+    if not is_local(settings):
+        return _load_from_local(client, tag, settings, log)
+    return _build(client, tag, settings, log)
+
+
+def _load_from_local(remote: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
+    try:
+        local = docker.DockerClient(base_url="unix:///var/run/docker.sock", timeout=600)
+        local.ping()
+    except docker.errors.DockerException:
+        raise ImageError(
+            f"the engine at {settings.docker_host or os.environ.get('DOCKER_HOST')} lacks the sandbox image {tag}, "
+            "and no local engine is here to build it: run `./start.sh prepare` with a local Docker once, "
+            "or load the image there yourself (docker save | docker load)"
+        ) from None
+    try:
+        if not _exists(local, tag):
+            _build(local, tag, settings, log)
+        log(f"sending the sandbox image {tag} to the remote engine...")
+        start = time.monotonic()
+        for item in remote.api.load_image(local.api.get_image(tag)):  # streamed: never whole in memory
+            if isinstance(item, dict) and item.get("error"):
+                raise ImageError(f"the remote engine refused the sandbox image: {item['error']}")
+        log(f"sandbox image {tag} loaded there in {time.monotonic() - start:.0f}s")
+    except docker.errors.APIError as e:
+        raise ImageError(f"cannot send the sandbox image to the remote engine: {e.explanation or e}") from None
+    finally:
+        local.close()
+    if not _exists(remote, tag):
+        raise ImageError(f"the remote engine did not keep the sandbox image {tag} it was sent")
+    return tag
+
+
+def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
     log_file = settings.path(".cache/logs/image-build.log")
     base = resolve_base(client, settings, log, log_file)
     log(f"building the sandbox image {tag} on {base}...")

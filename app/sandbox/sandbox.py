@@ -13,13 +13,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import docker.errors
-
 from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
-from sandshell.sandbox import engine
+from sandshell.sandbox import engine, transfer
 from sandshell.sandbox.connection import AttachConnection, Connection, ConnectionLost
-from sandshell.sandbox.container import ContainerSpec, create_container, last_log_line, running
+from sandshell.sandbox.container import ContainerSpec, create_container, last_log_line, remove_container, running
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.image import ensure_image
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, refusal
@@ -52,6 +50,7 @@ class Sandbox:
         self._running: str | None = None
         self._docker: Any = None
         self._spec: ContainerSpec | None = None
+        self._sync = transfer.Sync(self.workspace, self.settings, log)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -68,7 +67,7 @@ class Sandbox:
     def start(self) -> None:
         """Build the image if needed, start the container and connect to the agent."""
         if self._docker is None:
-            self._docker = engine.client()
+            self._docker = engine.client(self.settings)
             for name in engine.reap(self._docker):
                 self.log(f"removed a leftover container {name}")
         if not self.workspace.is_dir():
@@ -114,13 +113,16 @@ class Sandbox:
 
     def _remove_container(self) -> None:
         if self.container is not None:
-            try:
-                self.container.remove(force=True, v=True)  # and its /app volume in locked copy mode
-            except docker.errors.APIError:
-                pass
+            self._sync.now(self.container, self._spec, quiet=False)  # a dead container still gives its /app
+            remove_container(self._docker, self.container, self._spec)
             self.container = None
         if self._spec is not None:
             self._spec.cleanup()
+
+    def sync_workspace(self) -> str:
+        """Copy /app back into the host folder now (archive transfer in rw mode); says what came back."""
+        with self._lock:
+            return self._sync.now(self.container, self._spec, quiet=False)
 
     # -- commands ----------------------------------------------------------------------------
     def stream(self, command: str, timeout: float | None = None) -> Iterator[Event]:
@@ -145,6 +147,7 @@ class Sandbox:
                 yield from self._follow(command, cid, seconds)
             finally:
                 self._running = None
+                self._sync.due(self.container, self._spec)
 
     def _send_run(self, frame: dict[str, Any]) -> None:
         """Send a command; if the sandbox died since the last one, start a fresh one first (nothing ran yet)."""
@@ -290,8 +293,7 @@ class Sandbox:
 
     def ping(self) -> float:
         """Round-trip time to the agent, in seconds."""
-        start = time.perf_counter()
-        self._request({"type": "ping"})
+        start, _ = time.perf_counter(), self._request({"type": "ping"})
         return time.perf_counter() - start
 
 

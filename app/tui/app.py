@@ -55,6 +55,7 @@ class SandshellApp(Steering, App[None]):
         super().__init__()
         self.replaying = replaying
         self.recording: Path | None = None  # the session folder, once it started
+        self.sync_workspace: Callable[[], str] | None = None  # copies /app back (an engine elsewhere)
         self.edit_path = ""
         self.runner = runner
         self.control = control

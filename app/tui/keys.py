@@ -13,6 +13,7 @@ KEYS: list[BindingType] = [
     Binding("r", "reject", "Reject"),
     Binding("h", "hint", "Hint"),
     Binding("t", "take_over", "Take over"),
+    Binding("w", "sync", "Copy /app back"),
     Binding("question_mark", "help", "Help"),
     Binding("q", "quit_session", "Quit"),
     Binding("ctrl+c", "quit_session", "Quit", show=False, priority=True),
@@ -22,7 +23,7 @@ KEYS: list[BindingType] = [
 ]
 
 # Keys that steer a live session: hidden in a replay and once the session is over.
-STEERING = {"pause", "step", "approval", "approve", "edit", "reject", "hint", "take_over"}
+STEERING = {"pause", "step", "approval", "approve", "edit", "reject", "hint", "take_over", "sync"}
 
 # What the input bar asks for, by what it is for (and, for an edit, the kind of action edited).
 ASKS = {
@@ -45,6 +46,8 @@ HELP = """\
            (ctrl+s writes it, esc cancels)
   h        a hint the model reads at its next turn
   t        take over: run a command yourself; the model sees it and its output
+  w        copy /app back to the host folder now (only when the engine is elsewhere and
+           the workspace travels as a copy; it also comes back at the end)
   End      back to the live output after scrolling up
   ?        this help            q / ctrl+c   quit (the container is removed)
 

@@ -37,6 +37,7 @@ class Steering(_Base):
     replaying: bool
     edit_path: str
     flush: Callable[[], None]
+    sync_workspace: Callable[[], str] | None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in STEERING and (self.ended is not None or (self.replaying and action != "pause")):
@@ -45,7 +46,14 @@ class Steering(_Base):
             return self.pending is not None
         if action == "step":
             return self.control.paused
+        if action == "sync":
+            return self.sync_workspace is not None
         return True
+
+    def action_sync(self) -> None:
+        """Copy /app back now, in a thread (it waits for a running command); the sandbox says how it went."""
+        if (sync := self.sync_workspace) is not None:
+            self.run_worker(sync, thread=True, group="sync", exclusive=True)
 
     def action_pause(self) -> None:
         if self.ended is not None:

@@ -1,0 +1,157 @@
+"""Sessions on another Docker engine: TCP with mutual TLS, no shared filesystem, no shared images.
+
+The engine is a second `dockerd` started by the test (tests/engines.py). The workspace goes in and
+comes back through the engine's API; the image is sent there; the machine's own engine is left
+as it was (a container with a network still starts on it afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from sandshell.config import Settings
+from sandshell.errors import DockerUnavailable
+from sandshell.runner import run_task
+from sandshell.sandbox import engine
+from sandshell.sandbox.image import ensure_image
+from sandshell.sandbox.sandbox import Sandbox
+from tests import engines
+from tests.conftest import _base_settings
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient) -> Iterator[engines.Engine]:
+    image = ensure_image(docker_client, _base_settings())
+    with engines.tls_engine(tmp_path_factory.mktemp("remote")) as e:
+        yield e
+        leftover = engines.client(e).api.containers(all=True)
+        assert not leftover, f"containers left on the remote engine: {leftover}"
+    assert engines.main_engine_still_works(docker_client, image), "the machine's engine lost its network"
+
+
+@pytest.fixture
+def on_remote(remote: engines.Engine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
+    # requests would take this CA over the engine's own for every TLS connection: it must not
+    (tmp_path / "wrong-ca.pem").write_text("not a certificate\n")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "wrong-ca.pem"))
+    return _base_settings(exit_timeout=5.0, docker_host=remote.url, docker_tls=str(remote.certs))
+
+
+def test_a_session_runs_on_the_tls_engine_and_its_workspace_comes_back(on_remote: Settings, workspace: Path) -> None:
+    (workspace / "goal").write_text("count to three\n")
+    (workspace / "old.txt").write_text("the model deletes this\n")
+    (workspace / "sub").mkdir()
+    with Sandbox(workspace=workspace, settings=on_remote) as sb:
+        assert not engine.is_local(on_remote) and sb._spec is not None and sb._spec.archive
+        # nothing of the host's folder is mounted: /app is a volume holding a copy
+        r = sb.execute("cat /app/goal; grep -c ' /app ' /proc/mounts; echo made > /app/sub/new.txt; rm /app/old.txt")
+        assert r.output.startswith("count to three\n1\n"), r
+        assert not (workspace / "sub" / "new.txt").exists()  # not yet: it comes back when asked or at the end
+        said = sb.sync_workspace()
+        assert "copied back" in said, said
+        assert (workspace / "sub" / "new.txt").read_text() == "made\n"
+        assert not (workspace / "old.txt").exists()  # the container's copy is the truth
+        sb.write_file("/app/last.txt", "written at the end\n")
+        sb.execute("ln -s /etc/shadow /app/shadow; mkfifo /app/fifo; dd if=/dev/zero of=/app/big bs=1M count=3")
+    assert (workspace / "last.txt").read_text() == "written at the end\n"  # copied back at the end
+    assert (workspace / "big").stat().st_size == 3 * 1024 * 1024
+    assert not (workspace / "shadow").is_symlink() and not (workspace / "fifo").exists()  # refused by the filter
+    assert (workspace / "goal").read_text() == "count to three\n"
+
+
+def test_set_id_bits_and_links_never_reach_the_host(on_remote: Settings, workspace: Path) -> None:
+    """As an attacker inside would try: a set-uid root shell, a link out, a link through a folder."""
+    (workspace / "inside").mkdir()
+    with Sandbox(workspace=workspace, settings=on_remote) as sb:
+        sb.execute(
+            "cp /bin/bash /app/rootshell && chmod 4755 /app/rootshell; chmod 2755 /app/inside;"
+            "ln -s ../../../../etc /app/up; ln -s inside /app/alias"
+        )
+        sb.sync_workspace()
+        sb.execute("rm -rf /app/inside && ln -s /etc /app/inside")  # a folder swapped for a link out
+    st = (workspace / "rootshell").stat()
+    assert st.st_size > 0 and not st.st_mode & 0o6000
+    assert not (workspace / "up").exists() and not (workspace / "up").is_symlink()
+    assert os.readlink(workspace / "alias") == "inside"  # a link that stays inside is kept as a link
+    assert not (workspace / "inside").exists() and not (workspace / "inside").is_symlink()
+    assert not (workspace.parent / "etc").exists()
+
+
+def test_read_only_and_copy_modes_never_touch_the_host_folder(on_remote: Settings, workspace: Path) -> None:
+    (workspace / "goal").write_text("keep me\n")
+    before = sorted(p.name for p in workspace.iterdir())
+    for mode in ("ro", "copy"):
+        with Sandbox(workspace=workspace, settings=on_remote.replace(workspace_mode=mode)) as sb:
+            r = sb.execute("cat /app/goal; echo x > /app/new && echo wrote; rm -f /app/goal")
+            assert r.output.startswith("keep me\n"), r
+            assert ("wrote" in r.output) == (mode == "copy"), r
+            assert "Read-only file system" in r.output or mode == "copy", r
+        assert sorted(p.name for p in workspace.iterdir()) == before
+        assert (workspace / "goal").read_text() == "keep me\n"
+    c = engines.client(engines.Engine(on_remote.docker_host, Path(on_remote.docker_tls), Path()))
+    assert not c.api.volumes(filters={"label": engine.LABEL}).get("Volumes"), "the ro copy's volume was left"
+
+
+def test_locked_profile_on_the_remote_engine(on_remote: Settings, workspace: Path) -> None:
+    (workspace / "goal").write_text("g")
+    with Sandbox(workspace=workspace, settings=on_remote.replace(profile="locked")) as sb:
+        r = sb.execute("id -u; echo hi > /app/made; touch /usr/x 2>/dev/null || echo read-only-root")
+        assert r.output.endswith("read-only-root\n") and r.return_code == 0, r
+    assert (workspace / "made").read_text() == "hi\n"
+
+
+def test_a_headless_task_on_the_remote_engine(on_remote: Settings, workspace: Path, tmp_path: Path) -> None:
+    script = tmp_path / "actions.jsonl"
+    script.write_text(
+        "\n".join(
+            json.dumps(a)
+            for a in (
+                {"bash": "echo remote > /app/answer.txt"},
+                {"done": "wrote it"},
+            )
+        )
+        + "\n"
+    )
+    s = on_remote.replace(backend="script", script_path=str(script), workspace=str(workspace), intro=False)
+    start = time.monotonic()
+    result = run_task("write remote into answer.txt", timeout=120, max_iterations=5, settings=s)
+    assert result["status"] == "done", result
+    assert (workspace / "answer.txt").read_text() == "remote\n"
+    assert time.monotonic() - start < 120
+
+
+def test_a_wrong_engine_address_or_certificate_folder_is_one_clear_sentence(tmp_path: Path) -> None:
+    with pytest.raises(DockerUnavailable, match=r"SANDSHELL_DOCKER_TLS=.* lacks ca\.pem"):
+        engine.client(_base_settings(docker_host="tcp://127.0.0.1:9", docker_tls=str(tmp_path)))
+    with pytest.raises(DockerUnavailable, match=r"the Docker engine at tcp://127.0.0.1:9 does not answer"):
+        engine.client(_base_settings(docker_host="tcp://127.0.0.1:9"))
+
+
+def test_copying_back_never_writes_through_a_link_already_in_the_workspace(tmp_path: Path) -> None:
+    """The host folder holds a link (left by an earlier copy, or made by the user) where the copy
+    now has a folder or a file: the link is replaced, what it points at is never touched."""
+    from sandshell.sandbox.transfer import _mirror
+
+    outside, new, ws = tmp_path / "outside", tmp_path / "new", tmp_path / "ws"
+    for d in (outside, new / "sub", ws):
+        d.mkdir(parents=True)
+    (outside / "keep").write_text("outside\n")
+    (new / "sub" / "keep").write_text("from the container\n")
+    (new / "file").write_text("new\n")
+    (ws / "sub").symlink_to(outside)
+    (ws / "file").symlink_to(outside / "keep")
+    (ws / "gone").write_text("removed in the container\n")
+    _mirror(new, ws)
+    assert (outside / "keep").read_text() == "outside\n"
+    assert not (ws / "sub").is_symlink() and (ws / "sub" / "keep").read_text() == "from the container\n"
+    assert not (ws / "file").is_symlink() and (ws / "file").read_text() == "new\n"
+    assert not (ws / "gone").exists()
