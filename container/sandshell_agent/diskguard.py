@@ -157,6 +157,9 @@ class DiskGuard:
         self.shell_pid = shell_pid
         self.busy = threading.Event()  # set by the agent while a command runs: scan often
         self.over: str | None = None  # set here, taken by the agent's loop
+        # Held through a trip (stop, notice, kill): the loop takes the notice and starts the next
+        # command only after it, so a trip's kills never reach a command that started after it.
+        self.tripping = threading.RLock()
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -165,36 +168,41 @@ class DiskGuard:
 
     def take(self) -> str | None:
         """The loop's side: take the notice, if any (and drain the wake-up pipe)."""
-        if self.over is None:
-            return None
-        try:
-            os.read(self.wake_r, 64)
-        except BlockingIOError:
-            pass
-        notice, self.over = self.over, None
-        return notice
+        with self.tripping:
+            if self.over is None:
+                return None
+            try:
+                os.read(self.wake_r, 64)
+            except BlockingIOError:
+                pass
+            notice, self.over = self.over, None
+            return notice
 
     def check(self, a: Area, full: bool = True) -> float:
         """Measure one area, acting on a trip; returns how long it took."""
         start = time.monotonic()
         used = a.tree.measure(full) - a.baseline
         if a.limit and used > a.threshold:
-            shell = self.shell_pid()
-            procs.signal_all([shell], signal.SIGSTOP)  # it starts nothing more; the agent's loop ends it
-            self.over = (
-                f"{a.what} grew to {human(used)}, over its limit of {human(a.limit)}: the command and "
-                f"everything started from the shell were stopped (files already written are kept); "
-                f"delete files to make room, or raise {a.setting}"
-            )
-            try:
-                os.write(self._wake_w, b"!")
-            except BlockingIOError:
-                pass
-            procs.kill_all(set(), shell, {os.getpid(), 1})
-            a.threshold = a.tree.measure() - a.baseline + SLACK
+            with self.tripping:
+                self._trip(a, used)
         elif used < a.limit:
             a.threshold = a.limit
         return time.monotonic() - start
+
+    def _trip(self, a: Area, used: int) -> None:
+        shell = self.shell_pid()
+        procs.signal_all([shell], signal.SIGSTOP)  # it starts nothing more; the agent's loop ends it
+        self.over = (
+            f"{a.what} grew to {human(used)}, over its limit of {human(a.limit)}: the command and "
+            f"everything started from the shell were stopped (files already written are kept); "
+            f"delete files to make room, or raise {a.setting}"
+        )
+        try:
+            os.write(self._wake_w, b"!")
+        except BlockingIOError:
+            pass
+        procs.kill_all(set(), shell, {os.getpid(), 1})
+        a.threshold = a.tree.measure() - a.baseline + SLACK
 
     def _watch(self, a: Area) -> None:
         """One thread an area, on its own clocks: a quick measure (changed folders only) every 50 ms

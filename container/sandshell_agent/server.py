@@ -157,7 +157,9 @@ class Agent:
         if not math.isfinite(timeout):
             self.channel.send(error(rid, "bad_request", "timeout must be a finite number of seconds"))
             return
-        self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
+        with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
+            self._watch(time.monotonic())
+            self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
 
     # -- loop --------------------------------------------------------------------------------
     def _timeout(self, now: float) -> float:
