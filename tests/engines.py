@@ -3,18 +3,26 @@
 It stands for an engine on another machine: reached over TCP with certificates, sharing no
 image with ours. It must not disturb the machine's engine: its own config file (the system
 daemon.json sets a data-root and storage driver that would clash), data-root, exec-root,
-pidfile, containerd namespaces and cgroup parent; no bridge, no iptables, no forwarding
-changes; the vfs storage driver.
+pidfile, containerd namespaces and cgroup parent; no iptables or forwarding changes; the vfs
+storage driver. And its own network namespace: started with `--bridge=none`, dockerd deletes
+any interface called docker0 it can see (moby's removeDefaultBridgeInterface), which in the
+host's namespace is the machine engine's bridge, and every networked container then fails to
+start. So it listens on 127.0.0.1 inside its namespace, and a small forwarder in the test
+process carries each TCP connection (TLS end to end) from a host port into it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,13 +86,17 @@ def tls_engine(base: Path) -> Iterator[Engine]:
            "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
            "--storage-driver=vfs", "--containerd-namespace", ns, "--containerd-plugins-namespace", f"{ns}-plugins",
            "--cgroup-parent", ns]  # fmt: skip
+    # lo comes up first: a new network namespace has it down
+    wrapped = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "dockerd", *cmd]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    engine = Engine(f"tcp://127.0.0.1:{port}", certs, log)
+        proc = subprocess.Popen(wrapped, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    forwarder = Forwarder(f"/proc/{proc.pid}/ns/net", port)
+    engine = Engine(f"tcp://127.0.0.1:{forwarder.port}", certs, log)
     try:
         _wait(engine, proc)
         yield engine
     finally:
+        forwarder.close()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)
@@ -92,6 +104,71 @@ def tls_engine(base: Path) -> Iterator[Engine]:
             proc.kill()
             proc.wait(10)
         shutil.rmtree(root, ignore_errors=True)
+
+
+class Forwarder:
+    """Accepts on a free port of the host's 127.0.0.1 and joins each connection to `port` on 127.0.0.1
+    inside the network namespace at `netns` (the thread that connects enters it; the socket keeps it)."""
+
+    def __init__(self, netns: str, port: int) -> None:
+        deadline = time.monotonic() + 10
+        while os.stat(netns).st_ino == os.stat("/proc/self/ns/net").st_ino:  # unshare has not run yet
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{netns} never left the host's network namespace")
+            time.sleep(0.01)
+        self.netns_fd = os.open(netns, os.O_RDONLY)
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._join, args=(conn,), daemon=True).start()
+
+    def _join(self, conn: socket.socket) -> None:
+        if _setns(self.netns_fd, CLONE_NEWNET) != 0:  # this thread only
+            conn.close()
+            return
+        try:
+            inner = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            conn.close()
+            return
+        inner.settimeout(None)
+        pair = {conn: inner, inner: conn}
+        try:
+            while pair:
+                for s in select.select(list(pair), [], [])[0]:
+                    data = s.recv(1 << 16)
+                    if not data:
+                        with contextlib.suppress(OSError):
+                            pair[s].shutdown(socket.SHUT_WR)
+                        del pair[s]
+                    else:
+                        pair[s].sendall(data)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            inner.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+        os.close(self.netns_fd)
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int, kind: int) -> int:
+    return int(ctypes.CDLL(None, use_errno=True).setns(fd, kind))
 
 
 def client(engine: Engine) -> docker.DockerClient:

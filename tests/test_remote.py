@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,10 +32,14 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient) -> Iterator[engines.Engine]:
     image = ensure_image(docker_client, _base_settings())
+    interfaces = {name for _, name in socket.if_nameindex() if not name.startswith("veth")}
     with engines.tls_engine(tmp_path_factory.mktemp("remote")) as e:
+        assert "docker0" not in interfaces or "docker0" in {n for _, n in socket.if_nameindex()}
         yield e
         leftover = engines.client(e).api.containers(all=True)
         assert not leftover, f"containers left on the remote engine: {leftover}"
+    after = {name for _, name in socket.if_nameindex() if not name.startswith("veth")}
+    assert after == interfaces, f"the host's network interfaces changed: {sorted(after ^ interfaces)}"
     assert engines.main_engine_still_works(docker_client, image), "the machine's engine lost its network"
 
 
@@ -155,3 +160,30 @@ def test_copying_back_never_writes_through_a_link_already_in_the_workspace(tmp_p
     assert not (ws / "sub").is_symlink() and (ws / "sub" / "keep").read_text() == "from the container\n"
     assert not (ws / "file").is_symlink() and (ws / "file").read_text() == "new\n"
     assert not (ws / "gone").exists()
+
+
+def test_sessions_go_to_the_engine_running_fewest(on_remote: Settings, docker_client: docker.DockerClient,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    """SANDSHELL_DOCKER_HOSTS: the local engine and the TLS one; the one running fewer sessions is
+    chosen, an engine that does not answer is passed over, and when none answers it is one sentence."""
+    local_url = "unix:///var/run/docker.sock"
+    s = on_remote.replace(docker_hosts=f"{local_url}, {on_remote.docker_host}, tcp://127.0.0.1:9")
+    remote = engines.client(engines.Engine(on_remote.docker_host, Path(on_remote.docker_tls), Path()))
+
+    def load(c: docker.DockerClient) -> int:
+        return len(c.api.containers(filters={"label": engine.LABEL}))
+
+    (tmp_path / "a").mkdir()
+    with Sandbox(workspace=tmp_path / "a", settings=on_remote.replace(docker_host="")):
+        assert load(remote) == 0 < load(docker_client)
+        assert engine.least_loaded(s).docker_host == on_remote.docker_host
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    with Sandbox(workspace=tmp_path / "b", settings=on_remote), Sandbox(workspace=tmp_path / "c", settings=on_remote):
+        before = (load(docker_client), load(remote))
+        chosen = engine.least_loaded(s).docker_host
+        if before == (load(docker_client), load(remote)):  # other sessions on this machine may come and go
+            assert chosen == (local_url if before[0] <= before[1] else on_remote.docker_host), before
+    assert engine.least_loaded(on_remote).docker_host == on_remote.docker_host  # no list: as configured
+    with pytest.raises(DockerUnavailable, match="no engine of SANDSHELL_DOCKER_HOSTS answers"):
+        engine.least_loaded(on_remote.replace(docker_hosts="tcp://127.0.0.1:9"))
