@@ -99,6 +99,12 @@ class Settings:
         "the Docker engine sandboxes run on: unix:///path.sock, tcp://HOST:PORT (mutual TLS with "
         "SANDSHELL_DOCKER_TLS) or ssh://USER@HOST; empty: DOCKER_HOST from the environment, else the local socket",
     )
+    docker_hosts: str = _f(
+        "SANDSHELL_DOCKER_HOSTS",
+        "",
+        "engines the HTTP service spreads sessions over: URLs as SANDSHELL_DOCKER_HOST, comma-separated, "
+        "the one running fewest sessions first (empty: SANDSHELL_DOCKER_HOST alone)",
+    )
     docker_tls: str = _f(
         "SANDSHELL_DOCKER_TLS",
         "",

@@ -68,6 +68,33 @@ def _tls(folder: str) -> docker.tls.TLSConfig:
     )
 
 
+def least_loaded(settings: Settings) -> Settings:
+    """The settings for the engine of SANDSHELL_DOCKER_HOSTS running the fewest sessions (an engine that
+    does not answer is passed over); the settings as they are when the list is empty."""
+    hosts = [h.strip() for h in settings.docker_hosts.split(",") if h.strip()]
+    best: tuple[int, Settings] | None = None
+    failed = []
+    for host in hosts:
+        candidate = settings.replace(docker_host=host)
+        try:
+            c = client(candidate)
+        except DockerUnavailable as e:
+            failed.append(str(e))
+            continue
+        try:  # created ones count too: a session placed a moment ago is starting there
+            load = len(c.api.containers(all=True, filters={"label": LABEL, "status": ["created", "running"]}))
+        except docker.errors.APIError as e:
+            failed.append(f"the Docker engine at {host} cannot list its containers ({e.explanation or e})")
+            continue
+        finally:
+            c.close()
+        if best is None or load < best[0]:
+            best = (load, candidate)
+    if hosts and best is None:
+        raise DockerUnavailable("no engine of SANDSHELL_DOCKER_HOSTS answers: " + "; ".join(failed)[:600])
+    return best[1] if best is not None else settings
+
+
 def is_local(settings: Settings) -> bool:
     """Whether the engine shares this machine's filesystem (a unix socket), so the workspace can be mounted."""
     host = settings.docker_host or os.environ.get("DOCKER_HOST", "")
