@@ -121,11 +121,12 @@ def test_read_write_can_write_the_folder(tmp_path: Path) -> None:
 # -- tools --------------------------------------------------------------------------------------
 @pytest.fixture
 def nonce(docker_client: docker.DockerClient) -> Iterator[str]:
-    """A tool set no one built before; its images are removed afterwards (they are this test's own)."""
+    """A tool set no one built before; the images made from tools with it are removed afterwards."""
     n = secrets.token_hex(4)
     yield n
     for image in docker_client.images.list(filters={"label": LABEL}):
-        if any(n in tag for tag in image.tags):
+        history = " ".join(str(step.get("CreatedBy", "")) for step in image.history())
+        if n in history and any(tag.startswith(f"{_base_settings().image}-tools-") for tag in image.tags):
             docker_client.images.remove(image.id, force=True)
 
 
