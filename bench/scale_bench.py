@@ -62,8 +62,9 @@ def parallel(base: Settings, tmp: Path, n: int, steps: int) -> dict[str, Any]:
         th.join()
     wall = time.perf_counter() - t0
     done = sum(r["status"] == "done" for r in results)
-    return {"n": n, "wall": wall, "done": done, "per": statistics.median(r["wall"] for r in results),
-            "loop": statistics.median(r["seconds"] for r in results), "rate": 60 * n / wall}  # fmt: skip
+    errors = sorted({str(r["error"])[:160] for r in results if r["status"] != "done"})
+    per, loop = statistics.median(r["wall"] for r in results), statistics.median(r["seconds"] for r in results)
+    return {"n": n, "wall": wall, "done": done, "per": per, "loop": loop, "rate": 60 * n / wall, "errors": errors}
 
 
 def engine_rss() -> dict[int, int]:
@@ -139,40 +140,65 @@ def generations(base: Settings, n: int) -> dict[str, float]:
             "tokens": statistics.median(tokens), "tps": sum(tokens[1:]) / sum(warm)}  # fmt: skip
 
 
+def parallel_table(base: Settings, tmp: Path, counts: list[int], steps: int) -> None:
+    parallel(base, tmp, 1, 1)  # warm: the image is there, the engine awake
+    print(f"\nload {os.getloadavg()[0]:.1f} before; {steps} commands a session")
+    print("\n| sessions at once | all done | wall | one session (median), of which the loop | sessions a minute |")
+    print("|---|---|---|---|---|")
+    for n in counts:
+        r = parallel(base, tmp, n, steps)
+        row = [
+            f"{n}",
+            f"{r['done']}/{n}",
+            f"{r['wall']:.1f} s",
+            f"{r['per']:.1f} s, {r['loop']:.1f} s",
+            f"{r['rate']:.1f}",
+        ]
+        print("| " + " | ".join(row) + " |")
+        for e in r["errors"]:
+            print(f"|   | failed: {e} | | | |")
+
+
+def idle_table(base: Settings, m: int) -> None:
+    print(f"\nload {os.getloadavg()[0]:.1f} before")
+    r = idle(base, m)
+    print(f"\n| per idle session (median of {m}) | MB |")
+    print("|---|---|")
+    print(f"| container memory, cgroup usage (RSS + page cache) | {r['usage'] / 1e6:.1f} |")
+    print(f"| container memory, RSS only | {r['rss'] / 1e6:.1f} |")
+    print(f"| host: this process (the Sandbox, its reader thread) | {r['host'] / 1e6:.1f} |")
+    helpers = f"{r['helpers']:.1f} a session: containerd-shim, fuse-overlayfs"
+    print(f"| host: the engine's helpers ({helpers}) | {r['engine'] / 1e6:.1f} |")
+
+
+def model_table(base: Settings, n: int) -> None:
+    print(f"\nload {os.getloadavg()[0]:.1f} before")
+    g = generations(base, n)
+    print(f"\n| default model, prompt {g['prompt']} tokens, answers ≤128 tokens | value |")
+    print("|---|---|")
+    print(f"| first answer (whole prompt evaluated) | {g['cold']:.2f} s |")
+    print(f"| later answers (prompt cached), median | {g['warm']:.2f} s ({g['tokens']:.0f} tokens) |")
+    print(f"| generations a second, one model | {1 / g['warm']:.2f} |")
+    print(f"| tokens a second while generating | {g['tps']:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--parallel", default="1,2,4,8,16")
+    ap.add_argument("--parallel", default="1,2,4,8,16", help="session counts, comma-separated ('' skips)")
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--idle", type=int, default=10)
-    ap.add_argument("--gens", type=int, default=6)
+    ap.add_argument("--idle", type=int, default=10, help="idle sandboxes (0 skips)")
+    ap.add_argument("--gens", type=int, default=6, help="model answers (0 skips)")
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-          f"load {os.getloadavg()[0]:.1f} at start")  # fmt: skip
+    print(f"machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB")
     with tempfile.TemporaryDirectory(prefix="sandshell-scale-") as d:
         base = settings_for(Path(d))
-        parallel(base, Path(d), 1, 1)  # warm: the image is there, the engine awake
-        print("\n| sessions at once | all done | wall | one session (median), of which the loop | sessions a minute |")
-        print("|---|---|---|---|---|")
-        for n in [int(x) for x in args.parallel.split(",")]:
-            r = parallel(base, Path(d), n, args.steps)
-            print(
-                f"| {n} | {r['done']}/{n} | {r['wall']:.1f} s | {r['per']:.1f} s, {r['loop']:.1f} s | {r['rate']:.1f} |"
-            )
-        r2 = idle(base, args.idle)
-        print(f"\n| per idle session (median of {args.idle}) | MB |")
-        print("|---|---|")
-        print(f"| container memory, cgroup usage (RSS + page cache) | {r2['usage'] / 1e6:.1f} |")
-        print(f"| container memory, RSS only | {r2['rss'] / 1e6:.1f} |")
-        print(f"| host: this process (the Sandbox, its reader thread) | {r2['host'] / 1e6:.1f} |")
-        print(f"| host: engine helpers ({r2['helpers']:.1f} a session: containerd-shim, fuse-overlayfs) | "
-              f"{r2['engine'] / 1e6:.1f} |")  # fmt: skip
-        g = generations(base, args.gens)
-        print(f"\n| default model, prompt {g['prompt']} tokens, answers ≤128 tokens | value |")
-        print("|---|---|")
-        print(f"| first answer (whole prompt evaluated) | {g['cold']:.2f} s |")
-        print(f"| later answers (prompt cached), median | {g['warm']:.2f} s ({g['tokens']:.0f} tokens) |")
-        print(f"| generations a second, one model | {1 / g['warm']:.2f} |")
-        print(f"| tokens a second while generating | {g['tps']:.1f} |")
+        counts = [int(x) for x in args.parallel.split(",") if x]
+        if counts:
+            parallel_table(base, Path(d), counts, args.steps)
+        if args.idle:
+            idle_table(base, args.idle)
+        if args.gens:
+            model_table(base, args.gens)
 
 
 if __name__ == "__main__":
