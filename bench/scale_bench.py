@@ -128,16 +128,18 @@ def generations(base: Settings, n: int) -> dict[str, float]:
     model = Model(backend, s)
     messages = [{"role": "system", "content": fixed_system_prompt() + "\n\nYour goal: find the kernel version.\n"},
                 {"role": "user", "content": "Begin. The shell is ready: 0 root@sandbox:/app #"}]  # fmt: skip
-    times, tokens = [], []
+    times, tokens, cpu = [], [], []
     for _ in range(n):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for item in model.turn(messages, {"max_tokens": 128, "temperature": 0.7}):
             if not isinstance(item, str):
                 tokens.append(item.stats.completion_tokens)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     warm = times[1:]
     return {"prompt": backend.count(messages), "cold": times[0], "warm": statistics.median(warm),
-            "tokens": statistics.median(tokens), "tps": sum(tokens[1:]) / sum(warm)}  # fmt: skip
+            "tokens": statistics.median(tokens), "tps": sum(tokens[1:]) / sum(warm),
+            "cpu_cold": cpu[0], "cpu_warm": statistics.median(cpu[1:])}  # fmt: skip
 
 
 def parallel_table(base: Settings, tmp: Path, counts: list[int], steps: int) -> None:
@@ -180,6 +182,9 @@ def model_table(base: Settings, n: int) -> None:
     print(f"| later answers (prompt cached), median | {g['warm']:.2f} s ({g['tokens']:.0f} tokens) |")
     print(f"| generations a second, one model | {1 / g['warm']:.2f} |")
     print(f"| tokens a second while generating | {g['tps']:.1f} |")
+    cores = os.cpu_count() or 1
+    print(f"| CPU seconds an answer, first / later | {g['cpu_cold']:.2f} / {g['cpu_warm']:.2f} |")
+    print(f"| generations a second with all {cores} cores (CPU time / {cores}) | {cores / g['cpu_warm']:.2f} |")
 
 
 def main() -> None:

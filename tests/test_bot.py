@@ -108,7 +108,9 @@ def _bot(folder: Path, lines: list[str], **kw: Any) -> tuple[Bot, Recording]:
     ), backend
 
 
-def test_run_is_true_when_the_task_finished(folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_run_is_true_when_the_task_finished(
+    folder: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     bot, backend = _bot(folder, ['{"bash": "cat /app/report.txt"}', '{"done": "it says 42"}'])
     with caplog.at_level(logging.INFO, logger="sandshell.bot"):
         out = bot.run("What does the report say?", timeout=60, max_iterations=5)
@@ -119,6 +121,7 @@ def test_run_is_true_when_the_task_finished(folder: Path, caplog: pytest.LogCapt
     system = backend.prompts[0][0]["content"]
     assert "You are a reading bot" in system and "read-only" in system and "What does the report say?" in system
     assert any("reader: done" in r.getMessage() for r in caplog.records)  # logged, never printed
+    assert capfd.readouterr() == ("", "")
 
 
 def test_run_is_false_at_the_step_limit_with_the_reason_in_the_log(folder: Path) -> None:

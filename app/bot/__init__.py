@@ -9,10 +9,14 @@ May import everything but the TUI, like `runner`.
 
 from __future__ import annotations
 
+import logging
+
 from sandshell.bot.bot import Bot
 from sandshell.bot.environment import Environment
 from sandshell.bot.kinds import BotType, Permission
 from sandshell.bot.llm import LLM
 from sandshell.bot.tools import ToolDefinition, ToolError
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())  # the library logs; the program decides where
 
 __all__ = ["LLM", "Bot", "BotType", "Environment", "Permission", "ToolDefinition", "ToolError"]
