@@ -155,6 +155,8 @@ def test_a_given_environment_is_used_and_kept(folder: Path) -> None:
         bot = Bot("writer", BotType.WRITING, Permission.READ_WRITE, llm=llm, environment=env, settings=s)
         assert bot.run("Make a file.", timeout=60, max_iterations=3)["status"] is True
         assert env.execute("cat /app/made.txt")["output"] == "made\n"  # still running after the run
+        ro_bot = Bot("r", BotType.READING, Permission.READ_ONLY, llm=llm, environment=env, settings=s)
+        assert "read-only" not in ro_bot.system_prompt([])  # the environment's permission is the one in force
     assert (folder / "made.txt").read_text() == "made\n"
 
 

@@ -111,7 +111,8 @@ class Bot:
         return "standard" if self.bot_type is BotType.BROWSING else self.settings.profile
 
     def system_prompt(self, tools: Sequence[ToolDefinition]) -> str:
-        ro = self.permission is Permission.READ_ONLY
+        given = self.environment.permission if self.environment is not None else self.permission
+        ro = given is Permission.READ_ONLY  # a given environment's permission is the one in force
         access = " (read-only: you cannot change it; write scratch files in /tmp)" if ro else ""
         parts = [BASE_PROMPT.format(access=access), f"Your role: {self.role}", usage_prompt(tools)]
         return "\n\n".join(p for p in parts if p) + "\n"
