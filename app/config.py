@@ -146,6 +146,27 @@ class Settings:
     cast_idle_limit: float = _f(
         "SANDSHELL_CAST_IDLE_LIMIT", 2.0, "players shorten pauses in session.cast to this many seconds (0: keep them)"
     )
+    # -- the HTTP service (`sandshell serve`) ------------------------------------------------
+    api_token: str = _f(
+        "SANDSHELL_API_TOKEN",
+        "",
+        "bearer token of the HTTP API; empty: one is made at first start and kept (mode 0600) in "
+        "SESSIONS_DIR/.service/api-token",
+    )
+    max_sessions: int = _f("SANDSHELL_MAX_SESSIONS", 4, "API tasks that run at once, each in its own sandbox")
+    max_conversations: int = _f("SANDSHELL_MAX_CONVERSATIONS", 4, "API chat conversations open at once")
+    conversation_idle: float = _f(
+        "SANDSHELL_CONVERSATION_IDLE", 600.0, "seconds a chat conversation may sit idle before its sandbox ends"
+    )
+    api_body_limit: Annotated[int, "bytes"] = _f(
+        "SANDSHELL_API_BODY_LIMIT", 64 * 1024, "largest HTTP request body the API accepts (sizes as 64KiB or bytes)"
+    )
+    openai_slots: int = _f(
+        "LLAMA_OPENAI_SLOTS",
+        0,
+        "generations at once with the openai backend, each session keeping its slot (id_slot); "
+        "0: the server's slot count from /props (1 when it does not say)",
+    )
     # -- free-form llama.cpp parameters (LLAMA_<NAME>) -------------------------------------
     load_params: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
     sampling: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
@@ -240,6 +261,8 @@ def _check_ranges(s: Settings) -> None:
         value = getattr(s, f.name)
         if isinstance(value, float) and not 0 <= value < math.inf:
             problems.append(f"{f.metadata.get('env', f.name)} must be a finite number, 0 or more")
+    if s.max_sessions < 1 or s.max_conversations < 0 or s.api_body_limit < 1024 or s.openai_slots < 0:
+        problems.append("SANDSHELL_MAX_SESSIONS must be 1 or more, SANDSHELL_API_BODY_LIMIT at least 1KiB")
     if s.pids_limit < 16:
         problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
     if problems:
