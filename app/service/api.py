@@ -137,7 +137,8 @@ def create_app(service: Service) -> FastAPI:
         view: Annotated[Literal["exact", "inert"], Query(description="inert: controls shown as text")] = "exact",
     ) -> AsyncIterator[ServerSentEvent]:
         """The task's events as Server-Sent Events; each one's id is its number in the recording."""
-        start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
+        resumed = last_event_id or ""
+        start = after if after is not None else int(resumed) if resumed.isdigit() else 0
         path = service.store.folder(task_id) / "events.jsonl"
         service.streams += 1
         try:

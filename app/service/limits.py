@@ -13,10 +13,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """ASGI middleware: 413 for a body over `limit` bytes, by its Content-Length or as it is read."""
 
@@ -32,28 +28,29 @@ class BodyLimit:
         if declared.isdigit() and int(declared) > self.limit:
             await self._refuse(send)
             return
-        seen = 0
-        started = False
-
-        async def limited() -> Message:
-            nonlocal seen
+        if declared.isdigit():
+            await self.app(scope, receive, send)  # the server reads no more than it declared
+            return
+        body, more = b"", True  # no length told (chunked): read it here, up to the limit, then pass it on
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited, watched)
-        except _TooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.limit:
                 await self._refuse(send)
+                return
+            more = bool(message.get("more_body"))
+        given = False
+
+        async def replay() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"detail": f"the request body is over {self.limit:,} bytes (SANDSHELL_API_BODY_LIMIT)"})
