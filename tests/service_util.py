@@ -70,7 +70,8 @@ class Server:
         raise RuntimeError(f"the server did not answer: {self.output()[-2000:]}")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def task(self, goal: str = "a test", script: list[Any] | None = None, **fields: Any) -> str:
