@@ -17,6 +17,7 @@ command -v g++ >/dev/null || need_apt+=(build-essential)
 command -v git >/dev/null || need_apt+=(git)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v tmux >/dev/null || need_apt+=(tmux)
+command -v chromium >/dev/null || need_apt+=(chromium)  # the web view is tested in headless Chromium
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
     fail "missing system packages (${need_apt[*]}); install them with apt-get and run again"
