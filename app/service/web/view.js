@@ -71,6 +71,7 @@ async function showList() {
 // -- one task ----------------------------------------------------------------------------------
 const term = () => $("term");
 let lastKind = "";
+let ended = false; // the recording's end was seen: the stream knows better than a status asked a moment ago
 
 function put(text, cls) {
   const t = term();
@@ -129,8 +130,10 @@ const handlers = {
       el("div", "status s-" + e.status, `${e.status} · ${e.turns} turns · ${e.seconds.toFixed(1)}s · ` +
                                          `tokens in ${e.tokens_in}, out ${e.tokens_out}`),
       el("pre", "", e.result || ""), el("div", "err", e.error || ""));
+    ended = true;
     $("task-status").textContent = e.status;
     $("task-status").className = "status s-" + e.status;
+    $("cancel").hidden = true;
   },
 };
 
@@ -139,9 +142,10 @@ async function showTask(id) {
   $("task-id").textContent = id;
   const info = async () => {
     const t = await api("/v1/tasks/" + encodeURIComponent(id));
+    $("task-meta").textContent = `goal: ${t.goal}`;
+    if (ended) return t;
     $("task-status").textContent = t.status + (t.queue_position ? ` (#${t.queue_position} in the queue)` : "");
     $("task-status").className = "status s-" + t.status;
-    $("task-meta").textContent = `goal: ${t.goal}`;
     $("cancel").hidden = !["queued", "running"].includes(t.status);
     return t;
   };
