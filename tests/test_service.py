@@ -141,3 +141,24 @@ def test_a_chat_keeps_its_sandbox_and_history_until_it_is_ended(server: Server) 
     assert server.http.delete(f"/v1/chat/{cid}").status_code == 404
     recorded = Path(server.home / "sessions" / cid / "events.jsonl").read_text()
     assert "the user says: where are you?" in recorded and '"SessionEnded"' in recorded
+
+
+def test_conversations_are_bounded_and_an_idle_one_is_ended(tmp_path: Path) -> None:
+    server = Server(tmp_path, SANDSHELL_MAX_CONVERSATIONS="1", SANDSHELL_CONVERSATION_IDLE="2")
+    try:
+        first = server.http.post("/v1/chat", json={"message": "hi", "script": [{"bash": "echo hi"}]})
+        assert first.status_code == 200, first.text
+        cid = first.json()["conversation_id"]
+        second = server.http.post("/v1/chat", json={"message": "me too", "script": [{"bash": "echo 2"}]})
+        assert second.status_code == 429 and "SANDSHELL_MAX_CONVERSATIONS" in second.json()["detail"]
+        deadline = time.monotonic() + 20
+        while containers(cid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not containers(cid), "the idle conversation's sandbox was ended"
+        assert server.http.post("/v1/chat", json={"message": "hi", "conversation_id": cid}).status_code == 404
+        assert '"status": "timeout"' in (server.home / "sessions" / cid / "events.jsonl").read_text()
+        third = server.http.post("/v1/chat", json={"message": "now", "script": [{"bash": "echo 3"}]})
+        assert third.status_code == 200 and third.json()["observation"] == "3\n"
+        server.http.delete(f"/v1/chat/{third.json()['conversation_id']}")
+    finally:
+        server.stop()

@@ -52,7 +52,8 @@ class Service:
         self.manager.stop()
 
     def _reap_idle(self) -> None:
-        while not self._stop.wait(REAP_EVERY):
+        every = min(REAP_EVERY, max(0.5, self.settings.conversation_idle / 4))
+        while not self._stop.wait(every):
             self.conversations.reap()
 
     def health(self) -> dict[str, Any]:
