@@ -162,3 +162,17 @@ def test_conversations_are_bounded_and_an_idle_one_is_ended(tmp_path: Path) -> N
         server.http.delete(f"/v1/chat/{third.json()['conversation_id']}")
     finally:
         server.stop()
+
+
+def test_a_tasks_model_settings_start_its_config_json_and_bad_ones_are_refused(server: Server) -> None:
+    task = server.task(
+        "tuned", [{"bash": "cat /app/config.json"}, {"done": "ok"}], model={"temperature": 0.2, "seed": 5}
+    )
+    events = server.events(task)
+    config = next(d["config"] for _, k, d in events if k == "StateRead")
+    assert json.loads(config) == {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "repeat_penalty": 1.1, "seed": 5}
+    assert not [d for _, k, d in events if k == "Notice" and d["level"] != "info"]  # the model's config is valid
+    r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"temperature": 9}})
+    assert r.status_code == 422 and "model.temperature" in r.json()["detail"]
+    r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"n_ctx": 100000}})
+    assert r.status_code == 422

@@ -28,14 +28,15 @@ CSP = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect
 
 
 class ModelOverrides(BaseModel):
-    """Sampling settings a task may choose (max_tokens at most the server's LLAMA_MAX_TOKENS)."""
+    """Sampling settings a task may choose: its /app/config.json starts with them (max_tokens at most
+    the server's LLAMA_MAX_TOKENS)."""
 
     model_config = ConfigDict(extra="forbid")
-    temperature: float | None = Field(None, ge=0, le=5)
-    top_p: float | None = Field(None, ge=0, le=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=0, le=1000)
     min_p: float | None = Field(None, ge=0, le=1)
-    repeat_penalty: float | None = Field(None, ge=0, le=5)
+    repeat_penalty: float | None = Field(None, ge=0.5, le=2)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
     max_tokens: int | None = Field(None, ge=16, le=100_000)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
+from sandshell.model.genconfig import STARTER
 from sandshell.runner import run_task
 from sandshell.service.models import Models
 from sandshell.service.store import Store, TaskRecord
@@ -99,6 +100,10 @@ class TaskManager:
         record = TaskRecord(task_id, goal, request, created=time.time())
         folder = self.store.folder(task_id)
         init_workspace(self.settings.replace(workspace=str(folder / "workspace"), default_goal=goal))
+        chosen = {k: v for k, v in (request.get("model") or {}).items() if v is not None}
+        if chosen:  # the model's own settings start as the task chose (the model may still change them)
+            starter = json.dumps({**STARTER, **chosen}, indent=2) + "\n"
+            (folder / "workspace" / "config.json").write_text(starter, encoding="utf-8")
         if request.get("script") is not None:
             lines = [s if isinstance(s, str) else json.dumps(s) for s in request["script"]]
             (folder / "script.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
