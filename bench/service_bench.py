@@ -71,14 +71,52 @@ def delays(http: httpx.Client, written: dict[str, list[float]]) -> list[float]:
     return [(arrived[i + 1] - stamps[i]) * 1000 for i in range(len(stamps)) if i + 1 in arrived]
 
 
+def idle(http: httpx.Client, n: int) -> None:
+    """Open `n` conversations (a sandbox each, left idle): the server's memory and each container's."""
+    import docker
+    import psutil
+
+    from sandshell.sandbox import engine
+
+    me = psutil.Process()
+    before = me.memory_info().rss
+    start = time.perf_counter()
+    ids = []
+    for _ in range(n):
+        r = http.post("/v1/chat", json={"message": "idle", "script": [{"bash": "true"}]})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["conversation_id"])
+    opened = time.perf_counter() - start
+    time.sleep(2)
+    client = docker.from_env()
+    usage = []
+    for cid in ids:
+        (listed,) = client.api.containers(filters={"label": f"{engine.LABEL}={cid}"})
+        stats = client.api.stats(listed["Id"], stream=False)
+        mem = stats["memory_stats"]
+        usage.append(mem["usage"] - mem.get("stats", {}).get("inactive_file", 0))
+    grown = me.memory_info().rss - before
+    print(f"{n} idle sessions (chat conversations) opened in {opened:.1f}s: each container "
+          f"{statistics.median(usage) / 2**20:.1f} MiB (median, max {max(usage) / 2**20:.1f} MiB), "
+          f"the server grew {grown / 2**20 / n:.1f} MiB a session")  # fmt: skip
+    for cid in ids:
+        http.delete(f"/v1/chat/{cid}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--idle", type=int, default=0, help="also open this many idle sessions and measure memory")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="sandshell-bench-"))
     settings = config.load(env_file=None, environ={"SANDSHELL_HOME": str(home)}).replace(
-        backend="script", profile="locked", max_sessions=args.parallel, api_token="bench", intro=False
+        backend="script",
+        profile="locked",
+        max_sessions=args.parallel,
+        api_token="bench",
+        intro=False,
+        max_conversations=max(4, args.idle),
     )
     written: dict[str, list[float]] = {}
     original = tasks_module.Wake.emit
@@ -97,6 +135,9 @@ def main() -> None:
         time.sleep(0.05)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"}, timeout=60)
     try:
+        if args.idle:
+            idle(http, args.idle)
+            return
         through_api(http, args.parallel)  # warm: image, imports
         runs: dict[str, list[float]] = {"run_task": [], "API": []}
         for _ in range(2):  # interleaved: the machine is shared, so its load moves both alike
