@@ -55,7 +55,10 @@ def test_a_running_tasks_page_shows_its_output_state_and_result(tmp_path: Path) 
         assert "<b>" not in dom
         assert re.search(r'id="system-text">#\s*notes\s+the kernel is Linux', dom)
         assert 'class="status s-done">done' in dom and "the kernel is Linux</pre>" in dom
-        listing = chromium(tmp_path / "fresh", f"{server.url}/", "--dump-dom")
-        assert "not signed in" in listing.lower()  # a fresh browser without the cookie: told how to sign in
+        listing = chromium(tmp_path / "signed-in", f"{server.url}/", "--dump-dom")  # the cookie was kept
+        assert f'href="/tasks/{task}">{task}</a>' in listing and "Find the kernel" in listing
+        assert "not signed in" not in listing.lower()
+        fresh = chromium(tmp_path / "fresh", f"{server.url}/", "--dump-dom")
+        assert "not signed in" in fresh.lower()  # a browser without the cookie: told how to sign in
     finally:
         server.stop()

@@ -21,6 +21,7 @@ from sandshell.service.limits import BodyLimit, one_sentence
 from sandshell.service.server import Service
 from sandshell.service.tasks import Busy
 
+COOKIE_SECONDS = 30 * 24 * 3600  # the web view's sign-in lasts a month in that browser
 MAX_STREAMS = 64  # event streams open at once
 STREAM_SECONDS = 3600.0  # one stream's life; the client resumes with Last-Event-ID
 WEB = files("sandshell") / "service" / "web"
@@ -178,7 +179,7 @@ def create_app(service: Service) -> FastAPI:
             if not auth.matches(token, service.token):
                 return HTMLResponse("<p>That token is not this server's.</p>", status_code=401)
             r = RedirectResponse(request.url.path, status_code=303)
-            r.set_cookie(auth.COOKIE, token, httponly=True, samesite="strict", path="/")
+            r.set_cookie(auth.COOKIE, token, max_age=COOKIE_SECONDS, httponly=True, samesite="strict", path="/")
             return r
         html = (WEB / "index.html").read_text(encoding="utf-8")
         return HTMLResponse(html, headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"})
