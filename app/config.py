@@ -262,7 +262,10 @@ def _check_ranges(s: Settings) -> None:
         if isinstance(value, float) and not 0 <= value < math.inf:
             problems.append(f"{f.metadata.get('env', f.name)} must be a finite number, 0 or more")
     if s.max_sessions < 1 or s.max_conversations < 0 or s.api_body_limit < 1024 or s.openai_slots < 0:
-        problems.append("SANDSHELL_MAX_SESSIONS must be 1 or more, SANDSHELL_API_BODY_LIMIT at least 1KiB")
+        problems.append(
+            "SANDSHELL_MAX_SESSIONS must be 1 or more, SANDSHELL_MAX_CONVERSATIONS and LLAMA_OPENAI_SLOTS 0 or "
+            "more, SANDSHELL_API_BODY_LIMIT at least 1KiB"
+        )
     if s.pids_limit < 16:
         problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
     if problems:

@@ -8,6 +8,10 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from sandshell import config
+from sandshell.errors import SettingsError
 from sandshell.model.types import Message, Stats
 from sandshell.service.limits import one_sentence
 from sandshell.service.models import FairGate, GatedBackend, Models
@@ -95,3 +99,11 @@ def test_openai_sessions_keep_their_own_slot_least_used_first() -> None:
 def test_validation_errors_read_as_one_sentence() -> None:
     text = one_sentence([{"loc": ("body", "max_steps"), "msg": "Input should be greater than or equal to 1"}])
     assert text == "bad request: max_steps: Input should be greater than or equal to 1; see /docs"
+
+
+def test_service_settings_out_of_range_are_one_sentence() -> None:
+    for env in ({"SANDSHELL_MAX_SESSIONS": "0"}, {"SANDSHELL_API_BODY_LIMIT": "10"}, {"LLAMA_OPENAI_SLOTS": "-1"}):
+        with pytest.raises(SettingsError, match="SANDSHELL_MAX_SESSIONS must be 1 or more"):
+            config.load(env_file=None, environ=env)
+    ok = config.load(env_file=None, environ={"SANDSHELL_API_BODY_LIMIT": "1MiB", "SANDSHELL_MAX_SESSIONS": "8"})
+    assert (ok.api_body_limit, ok.max_sessions) == (1024 * 1024, 8)
