@@ -3,6 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/setup.sh
+# The tests alone need a browser (the web view is tested in headless Chromium): installed here, not for every start.
+if ! command -v chromium >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "sandshell: installing chromium for the web view's tests (log: .cache/logs/apt-chromium.log)" >&2
+  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+    >.cache/logs/apt-chromium.log 2>&1 || { echo "sandshell: apt-get install chromium failed; see .cache/logs/apt-chromium.log" >&2; exit 1; }
+fi
 echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy" && .venv/bin/mypy
 echo "== pytest" && .venv/bin/pytest -p no:cacheprovider "$@"

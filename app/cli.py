@@ -1,4 +1,4 @@
-"""The command line: `prepare`, the interactive session (default), `--headless`, `replay`, `reset`."""
+"""The command line: `prepare`, the interactive session (default), `--headless`, `replay`, `reset`, `serve`."""
 
 from __future__ import annotations
 
@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--speed", type=float, default=1.0, help="how many times faster than it happened")
     rr = sub.add_parser("rerun", help="run a recorded session's actions again (script backend)")
     rr.add_argument("folder")
+    sv = sub.add_parser("serve", help="the HTTP API and the web view (see README: The HTTP service)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     rs = sub.add_parser("reset", help="archive the workspace and start it afresh; remove leftover containers")
     rs.add_argument("--yes", action="store_true", help="do not ask")
     parser.add_argument("--headless", action="store_true", help="run without the UI; JSON result on stdout")
@@ -99,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             require_terminal()
             run_app(replay_app(Path(args.folder), args.speed))
             return 0
+        if args.cmd == "serve":
+            from sandshell.service.server import serve
+
+            return serve(args.host, args.port, _settings(args))
         if args.cmd == "reset":
             from sandshell.workspace import reset
 

@@ -7,7 +7,6 @@ sandbox, the session and the UI.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +17,7 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from sandshell.errors import SettingsError
 from sandshell.llama_params import llama_params
+from sandshell.ranges import check_ranges
 
 DEFAULT_GOAL = (
     "Explore this Linux machine. Find out what it is and what it can do, keep notes in "
@@ -176,6 +176,27 @@ class Settings:
     cast_idle_limit: float = _f(
         "SANDSHELL_CAST_IDLE_LIMIT", 2.0, "players shorten pauses in session.cast to this many seconds (0: keep them)"
     )
+    # -- the HTTP service (`sandshell serve`) ------------------------------------------------
+    api_token: str = _f(
+        "SANDSHELL_API_TOKEN",
+        "",
+        "bearer token of the HTTP API; empty: one is made at first start and kept (mode 0600) in "
+        "SESSIONS_DIR/.service/api-token",
+    )
+    max_sessions: int = _f("SANDSHELL_MAX_SESSIONS", 4, "API tasks that run at once, each in its own sandbox")
+    max_conversations: int = _f("SANDSHELL_MAX_CONVERSATIONS", 4, "API chat conversations open at once")
+    conversation_idle: float = _f(
+        "SANDSHELL_CONVERSATION_IDLE", 600.0, "seconds a chat conversation may sit idle before its sandbox ends"
+    )
+    api_body_limit: Annotated[int, "bytes"] = _f(
+        "SANDSHELL_API_BODY_LIMIT", 64 * 1024, "largest HTTP request body the API accepts (sizes as 64KiB or bytes)"
+    )
+    openai_slots: int = _f(
+        "LLAMA_OPENAI_SLOTS",
+        0,
+        "generations at once with the openai backend, each session keeping its slot (id_slot); "
+        "0: the server's slot count from /props (1 when it does not say)",
+    )
     # -- free-form llama.cpp parameters (LLAMA_<NAME>) -------------------------------------
     load_params: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
     sampling: dict[str, Any] = field(default_factory=dict, metadata={"env": "", "doc": ""})
@@ -238,7 +259,7 @@ def load(
     if errors:
         raise SettingsError("bad setting: " + "; ".join(errors) + " (see .env.example)")
     settings = Settings(**kwargs, load_params=load_params, sampling=sampling)
-    _check_ranges(settings)
+    check_ranges(settings)
     return settings
 
 
@@ -256,21 +277,3 @@ def _coerce(tp: Any, raw: str) -> Any:
         return TypeAdapter(tp).validate_strings(raw)
     except ValidationError:
         raise ValueError(f"is not a valid {getattr(tp, '__name__', tp)}") from None
-
-
-def _check_ranges(s: Settings) -> None:
-    problems = []
-    if s.n_ctx < 256:
-        problems.append("LLAMA_N_CTX must be at least 256")
-    if s.max_tokens < 16 or s.max_tokens > s.n_ctx // 2:
-        problems.append("LLAMA_MAX_TOKENS must be between 16 and half of LLAMA_N_CTX")
-    if s.exit_timeout <= 0 or s.exit_timeout > s.max_exit_timeout:
-        problems.append("LLAMA_EXIT_TIMEOUT must be above 0 and at most LLAMA_MAX_EXIT_TIMEOUT")
-    for f in fields(s):  # pydantic reads "nan", "inf" and "-1" as floats: none is a time or a size here
-        value = getattr(s, f.name)
-        if isinstance(value, float) and not 0 <= value < math.inf:
-            problems.append(f"{f.metadata.get('env', f.name)} must be a finite number, 0 or more")
-    if s.pids_limit < 16:
-        problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
-    if problems:
-        raise SettingsError("bad setting: " + "; ".join(problems) + " (see .env.example)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +42,10 @@ def open_session(
     goal: str | None = None,
     backend: Backend | None = None,
     log: Any = None,
+    session_id: str | None = None,
 ) -> Iterator[Parts]:
     """Load the model, start the sandbox and the recorder; everything is cleaned up on exit."""
-    session_id = new_session_id()
+    session_id = session_id or new_session_id()
     say = log or inert.say
     recorder = Recorder(session_dir(settings, session_id), f"sandshell {session_id}", int(settings.cast_version),
                         settings.cast_idle_limit)  # fmt: skip
@@ -103,6 +104,8 @@ def run_task(
     echo: bool = False,
     backend: Backend | None = None,
     control: Control | None = None,
+    sinks: Sequence[Sink] = (),
+    session_id: str | None = None,
 ) -> dict[str, Any]:
     """Run one task headless; never raises. Returns `{status, result, error, log}` and the numbers:
     `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
@@ -114,7 +117,7 @@ def run_task(
         s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)  # nobody is there to approve
         if read_only:
             s = s.replace(workspace_mode="ro")
-        with open_session(s, [log], control or Control(), goal=task, backend=backend, log=log.lines.append) as parts:
+        with open_session(s, [log, *sinks], control or Control(), task, backend, log.lines.append, session_id) as parts:
             folder = str(parts.recorder.folder)
             outcome = parts.session.run()
             log.lines.insert(0, f"recording: {folder}")

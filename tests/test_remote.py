@@ -187,3 +187,16 @@ def test_sessions_go_to_the_engine_running_fewest(on_remote: Settings, docker_cl
     assert engine.least_loaded(on_remote).docker_host == on_remote.docker_host  # no list: as configured
     with pytest.raises(DockerUnavailable, match="no engine of SANDSHELL_DOCKER_HOSTS answers"):
         engine.least_loaded(on_remote.replace(docker_hosts="tcp://127.0.0.1:9"))
+
+
+def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Settings, tmp_path: Path) -> None:
+    """The HTTP service's one placement seam: with the TLS engine idle and the other listed engine
+    down, a task goes there with its own workspace (copied, as that engine shares no filesystem)."""
+    from sandshell.service.store import TaskRecord
+    from sandshell.service.tasks import place
+
+    s = on_remote.replace(docker_host="", docker_hosts=f"tcp://127.0.0.1:9,{on_remote.docker_host}",
+                          sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    placed = place(s, TaskRecord("t1", "a goal", {"workspace_mode": "rw"}))
+    assert placed.docker_host == on_remote.docker_host and engine.archive_transfer(placed)
+    assert placed.workspace == str(tmp_path / "sessions" / "t1" / "workspace")

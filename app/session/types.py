@@ -38,6 +38,7 @@ def public_settings(settings: Settings) -> dict[str, Any]:
     """Settings worth recording (no API keys)."""
     out = dataclasses.asdict(settings)
     out.pop("openai_api_key", None)
+    out.pop("api_token", None)
     return out
 
 

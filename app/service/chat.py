@@ -1,0 +1,200 @@
+"""Conversations: one model turn and its execution per message, in a sandbox that lives as long as
+the conversation (SANDSHELL_MAX_CONVERSATIONS at once; one idle for SANDSHELL_CONVERSATION_IDLE
+seconds is ended). The model keeps its history; the latest message is its goal. Each
+conversation is recorded like any session, in `SESSIONS_DIR/<id>/`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandshell.config import Settings
+from sandshell.errors import SandshellError
+from sandshell.runner import Parts, open_session
+from sandshell.sandbox import engine
+from sandshell.service.models import Models
+from sandshell.service.store import Store
+from sandshell.service.tasks import Busy
+from sandshell.session import events as ev
+from sandshell.session.control import Control
+from sandshell.session.types import public_settings
+from sandshell.workspace import init_workspace
+
+OBSERVATION_CHARS = 16 * 1024
+
+
+class Collect:
+    """What one turn did, as the Code Agent answers: thought, code, observation."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.thought: list[str] = []
+        self.code: list[str] = []
+        self.observation: list[str] = []
+        self.size = 0
+        self.done: str | None = None
+        self.error: str | None = None
+
+    def _observe(self, text: str) -> None:
+        room = OBSERVATION_CHARS - self.size
+        if room > 0:
+            self.observation.append(text[:room])
+        self.size += len(text)
+
+    def emit(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ModelReplied):
+            self.thought += [a.comment for a in event.actions if a.comment]
+            if event.error:
+                self.error = f"the answer was not valid: {event.error}"
+        elif isinstance(event, ev.ActionStarted):
+            a = event.action
+            if a.kind == "bash":
+                self.code.append(a.arg)
+            elif a.kind == "done":
+                self.done = a.arg
+            else:
+                self.code.append(f"[{a.kind}] {a.arg}")
+        elif isinstance(event, ev.OutputChunk):
+            self._observe(event.data)
+        elif isinstance(event, ev.ActionFinished) and (event.result is None or not event.result.ok):
+            self._observe(f"[{event.summary}]\n")
+
+    def answer(self) -> dict[str, Any]:
+        observation = "".join(self.observation)
+        if self.size > OBSERVATION_CHARS:
+            observation += f"\n[{self.size - OBSERVATION_CHARS:,} more characters not shown]"
+        return {"thought": "\n".join(self.thought), "code": "\n".join(self.code), "observation": observation,
+                "done": self.done, "error": self.error}  # fmt: skip
+
+
+@dataclass
+class Conversation:
+    id: str
+    stack: ExitStack
+    parts: Parts
+    collect: Collect
+    slot: int | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    used: float = field(default_factory=time.monotonic)
+    turns: int = 0
+
+
+class Conversations:
+    def __init__(self, settings: Settings, store: Store, models: Models) -> None:
+        self.settings = settings
+        self.store = store
+        self.models = models
+        self.open: dict[str, Conversation] = {}
+        self._lock = threading.Lock()
+
+    def say(self, message: str, conversation_id: str | None, script: list[str] | None = None) -> dict[str, Any]:
+        convo = self._get(conversation_id) if conversation_id else self._start(script)
+        if not convo.lock.acquire(blocking=False):
+            raise Busy("this conversation is still answering its last message; wait for it")
+        try:
+            session = convo.parts.session
+            session.world.goal_override = session.goal_override = message
+            session.emit(ev.Notice("info", f"the user says: {message}"))
+            convo.collect.reset()
+            session.finished = None
+            session.turn()
+            convo.turns += 1
+            return {"conversation_id": convo.id, **convo.collect.answer()}
+        finally:
+            convo.used = time.monotonic()
+            convo.lock.release()
+
+    def _get(self, conversation_id: str) -> Conversation:
+        with self._lock:
+            convo = self.open.get(conversation_id)
+        if convo is None:
+            raise KeyError(conversation_id)
+        return convo
+
+    def _start(self, script: list[str] | None) -> Conversation:
+        self.reap()
+        with self._lock:
+            if len(self.open) >= self.settings.max_conversations:
+                raise Busy(
+                    f"{len(self.open)} conversations are open (SANDSHELL_MAX_CONVERSATIONS); end one with DELETE first"
+                )
+            conv_id = self.store.new_folder()
+            self.open[conv_id] = None  # type: ignore[assignment]  # holds its place while the sandbox starts
+        try:
+            return self._open(conv_id, script)
+        except BaseException:
+            with self._lock:
+                self.open.pop(conv_id, None)
+            raise
+
+    def _open(self, conv_id: str, script: list[str] | None) -> Conversation:
+        folder = self.store.folder(conv_id)
+        s = engine.least_loaded(self.settings).replace(workspace=str(folder / "workspace"), intro=False, approval=False,
+                                  sessions_dir=str(self.settings.path(self.settings.sessions_dir)))  # fmt: skip
+        init_workspace(s)
+        backend, slot = self.models.backend_for(script)
+        collect = Collect()
+        stack = ExitStack()
+        try:
+            parts = stack.enter_context(open_session(s, [collect], Control(), "", backend, lambda _m: None, conv_id))
+            name = getattr(backend, "description", backend.name)
+            parts.session.started = time.monotonic()
+            parts.session.emit(ev.SessionStarted(conv_id, name, s.profile, s.workspace, public_settings(s)))
+        except BaseException:
+            stack.close()
+            self.models.release(slot)
+            raise
+        convo = Conversation(conv_id, stack, parts, collect, slot)
+        with self._lock:
+            self.open[conv_id] = convo
+        return convo
+
+    def end(self, conversation_id: str) -> bool:
+        with self._lock:
+            convo = self.open.get(conversation_id)
+            if convo is None:
+                return False
+            del self.open[conversation_id]
+        self._close(convo, "quit", "the conversation was ended")
+        return True
+
+    def _close(self, convo: Conversation, status: str, why: str) -> None:
+        convo.parts.session.control.quit()
+        with convo.lock:  # a turn still running stops at its next step
+            s = convo.parts.session
+            try:
+                seconds = round(time.monotonic() - s.started, 2)
+                s.emit(ev.SessionEnded(status, None, why, convo.turns, seconds, s.tokens_in, s.tokens_out))
+            except SandshellError:
+                pass
+            convo.stack.close()
+            self.models.release(convo.slot)
+
+    def reap(self) -> list[str]:
+        """End the conversations idle for longer than SANDSHELL_CONVERSATION_IDLE."""
+        limit = self.settings.conversation_idle
+        now = time.monotonic()
+        with self._lock:
+            idle = [c for c in self.open.values() if c is not None and not c.lock.locked() and now - c.used > limit]
+            for c in idle:
+                del self.open[c.id]
+        for c in idle:
+            self._close(c, "timeout", f"the conversation was idle for more than {limit:g}s")
+        return [c.id for c in idle]
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.open)
+
+    def close_all(self) -> None:
+        with self._lock:
+            convos = [c for c in self.open.values() if c is not None]
+            self.open.clear()
+        for c in convos:
+            self._close(c, "quit", "the server stopped")

@@ -1,0 +1,69 @@
+"""Bounds at the door: request bodies no larger than SANDSHELL_API_BODY_LIMIT, and errors in one sentence."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, by its Content-Length or as it is read."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        if declared.isdigit():
+            await self.app(scope, receive, send)  # the server reads no more than it declared
+            return
+        body, more = b"", True  # no length told (chunked): read it here, up to the limit, then pass it on
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.limit:
+                await self._refuse(send)
+                return
+            more = bool(message.get("more_body"))
+        given = False
+
+        async def replay() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"detail": f"the request body is over {self.limit:,} bytes (SANDSHELL_API_BODY_LIMIT)"})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+def one_sentence(errors: Sequence[Any]) -> str:
+    """Pydantic's validation errors as one sentence: where, and what is wrong."""
+    parts = []
+    for e in list(errors)[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "the body"
+        parts.append(f"{where}: {e.get('msg', 'is not valid')}")
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "bad request: " + "; ".join(parts) + more + "; see /docs"

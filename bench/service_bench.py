@@ -1,0 +1,171 @@
+"""The HTTP service's cost: tasks through the API against run_task directly, and an event's delay
+from the recorder to an SSE client.
+
+Run: .venv/bin/python bench/service_bench.py [--tasks 20] [--parallel 4]
+
+Both use the script backend (no model), the locked profile, and a server in this process
+(uvicorn on 127.0.0.1, a free port). The delay is from the moment the recorder has written
+an event (the sink after it is called) to the moment the client has parsed it off the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from sandshell import config
+from sandshell.model.script import ScriptBackend
+from sandshell.runner import run_task
+from sandshell.service import tasks as tasks_module
+from sandshell.service.api import create_app
+from sandshell.service.server import Service
+
+SCRIPT = [{"bash": "echo hello"}, {"bash": "ls / | wc -l"}, {"bash": "echo done >&2"}, {"done": "ok"}]
+STREAMY = [{"bash": "for i in $(seq 40); do echo line $i; sleep 0.02; done"}] * 3 + [{"done": "ok"}]
+
+
+def direct(settings: config.Settings, n: int, parallel: int) -> float:
+    lines = [json.dumps(a) for a in SCRIPT]
+
+    def one(_: int) -> str:
+        s = settings.replace(workspace=tempfile.mkdtemp())
+        return str(run_task("bench", 60, 10, settings=s, backend=ScriptBackend(lines))["status"])
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(parallel) as pool:
+        statuses = list(pool.map(one, range(n)))
+    assert statuses == ["done"] * n, statuses
+    return time.perf_counter() - start
+
+
+def through_api(http: httpx.Client, n: int) -> float:
+    start = time.perf_counter()
+    ids = [http.post("/v1/tasks", json={"goal": "bench", "script": SCRIPT}).json()["id"] for _ in range(n)]
+    for task_id in ids:
+        while (t := http.get(f"/v1/tasks/{task_id}").json())["status"] in ("queued", "running"):
+            time.sleep(0.02)
+        assert t["status"] == "done", t
+    return time.perf_counter() - start
+
+
+def delays(http: httpx.Client, written: dict[str, list[float]]) -> list[float]:
+    task_id = http.post("/v1/tasks", json={"goal": "stream", "script": STREAMY}).json()["id"]
+    arrived: dict[int, float] = {}
+    with http.stream("GET", f"/v1/tasks/{task_id}/events") as r:
+        seq = 0
+        for line in r.iter_lines():
+            if line.startswith("id:"):
+                seq = int(line[3:])
+            elif line == "" and seq:
+                arrived[seq] = time.perf_counter()
+    stamps = written[task_id]
+    return [(arrived[i + 1] - stamps[i]) * 1000 for i in range(len(stamps)) if i + 1 in arrived]
+
+
+def idle(http: httpx.Client, n: int) -> None:
+    """Open `n` conversations (a sandbox each, left idle): the server's memory and each container's."""
+    import docker
+    import psutil
+
+    from sandshell.sandbox import engine
+
+    me = psutil.Process()
+    before = me.memory_info().rss
+    start = time.perf_counter()
+    ids = []
+    for _ in range(n):
+        r = http.post("/v1/chat", json={"message": "idle", "script": [{"bash": "true"}]})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["conversation_id"])
+    opened = time.perf_counter() - start
+    time.sleep(2)
+    client = docker.from_env()
+    usage = []
+    for cid in ids:
+        (listed,) = client.api.containers(filters={"label": f"{engine.LABEL}={cid}"})
+        stats = client.api.stats(listed["Id"], stream=False)
+        mem = stats["memory_stats"]
+        usage.append(mem["usage"] - mem.get("stats", {}).get("inactive_file", 0))
+    grown = me.memory_info().rss - before
+    print(f"{n} idle sessions (chat conversations) opened in {opened:.1f}s: each container "
+          f"{statistics.median(usage) / 2**20:.1f} MiB (median, max {max(usage) / 2**20:.1f} MiB), "
+          f"the server grew {grown / 2**20 / n:.1f} MiB a session")  # fmt: skip
+    for cid in ids:
+        http.delete(f"/v1/chat/{cid}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--idle", type=int, default=0, help="also open this many idle sessions and measure memory")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="sandshell-bench-"))
+    settings = config.load(env_file=None, environ={"SANDSHELL_HOME": str(home)}).replace(
+        backend="script",
+        profile="locked",
+        max_sessions=args.parallel,
+        api_token="bench",
+        intro=False,
+        max_conversations=max(4, args.idle),
+    )
+    written: dict[str, list[float]] = {}
+    original = tasks_module.Wake.emit
+
+    def stamped(self: tasks_module.Wake, event: object) -> None:
+        written.setdefault(self.task_id, []).append(time.perf_counter())
+        original(self, event)  # type: ignore[arg-type]
+
+    tasks_module.Wake.emit = stamped  # type: ignore[method-assign]
+    service = Service(settings, log=lambda _m: None)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"}, timeout=60)
+    try:
+        if args.idle:
+            idle(http, args.idle)
+            return
+        through_api(http, args.parallel)  # warm: image, imports
+        runs: dict[str, list[float]] = {"run_task": [], "API": []}
+        for _ in range(2):  # interleaved: the machine is shared, so its load moves both alike
+            runs["run_task"].append(direct(settings, args.tasks, args.parallel))
+            runs["API"].append(through_api(http, args.tasks))
+        shown = "; ".join(f"{k} " + ", ".join(f"{x:.2f}s" for x in v) for k, v in runs.items())
+        best = min(runs["API"]) / min(runs["run_task"]) - 1
+        print(f"{args.tasks} tasks, {args.parallel} at a time: {shown} (best against best: {best * 100:+.1f}%)")
+        ms: list[float] = []
+        for _ in range(3):
+            ms += delays(http, written)
+        ms.sort()
+        p95 = ms[int(len(ms) * 0.95) - 1]
+        print(f"event delay recorder -> SSE client over {len(ms)} events: median {statistics.median(ms):.2f} ms, "
+              f"p95 {p95:.2f} ms, max {ms[-1]:.2f} ms")  # fmt: skip
+    finally:
+        http.close()
+        server.should_exit = True
+        thread.join(30)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Pure logic of the service: the fair generation gate and slots, and the one-sentence errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandshell import config
+from sandshell.errors import SettingsError
+from sandshell.model.types import Message, Stats
+from sandshell.service.limits import one_sentence
+from sandshell.service.models import FairGate, GatedBackend, Models
+
+
+class Slow:
+    """A backend that takes a while per generation and notes who generated when."""
+
+    name = "slow"
+    n_ctx = 4096
+    constrained = True
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.params: list[dict[str, Any]] = []
+        self.inside = 0
+        self.most_inside = 0
+        self.lock = threading.Lock()
+
+    def count(self, messages: list[Message]) -> int:
+        return 1
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        with self.lock:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+            self.order.append(messages[0]["content"])
+            self.params.append(params)
+        time.sleep(0.03)
+        yield "[]"
+        with self.lock:
+            self.inside -= 1
+        yield Stats()
+
+
+def _sessions(gate: FairGate, inner: Slow, names: str, turns: int) -> None:
+    def session(name: str) -> None:
+        backend = GatedBackend(inner, gate)
+        for _ in range(turns):
+            list(backend.stream([{"role": "user", "content": name}], {}))
+
+    threads = [threading.Thread(target=session, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+        time.sleep(0.005)  # they arrive in this order
+    for t in threads:
+        t.join(30)
+
+
+def test_one_generation_at_a_time_served_round_robin_per_turn() -> None:
+    inner = Slow()
+    _sessions(FairGate(1), inner, "abc", 4)
+    assert inner.most_inside == 1
+    assert "".join(inner.order) == "abc" * 4  # nobody goes twice while another waits
+
+
+def test_a_wider_gate_lets_that_many_generate_at_once() -> None:
+    inner = Slow()
+    _sessions(FairGate(2), inner, "abcd", 3)
+    assert inner.most_inside == 2 and len(inner.order) == 12
+
+
+def test_a_generation_broken_off_gives_its_turn_back() -> None:
+    gate, inner = FairGate(1), Slow()
+    stream = GatedBackend(inner, gate).stream([{"role": "user", "content": "x"}], {})
+    next(stream)
+    assert gate.busy == 1
+    stream.close()  # as a paused or quit session drops its answer
+    assert gate.busy == 0
+
+
+def test_openai_sessions_keep_their_own_slot_least_used_first() -> None:
+    models = Models.__new__(Models)
+    models.shared, models.slots, models.gate = Slow(), 2, FairGate(2)  # type: ignore[assignment]
+    models._use, models._lock = Counter(), threading.Lock()
+    (a, sa), (_, sb) = models.backend_for(), models.backend_for()
+    assert {sa, sb} == {0, 1}
+    list(a.stream([{"role": "user", "content": "a"}], {"temperature": 0.1}))
+    assert models.shared.params[-1] == {"temperature": 0.1, "id_slot": sa, "cache_prompt": True}  # type: ignore[attr-defined]
+    models.release(sa)
+    _, sc = models.backend_for()
+    assert sc == sa
+
+
+def test_validation_errors_read_as_one_sentence() -> None:
+    text = one_sentence([{"loc": ("body", "max_steps"), "msg": "Input should be greater than or equal to 1"}])
+    assert text == "bad request: max_steps: Input should be greater than or equal to 1; see /docs"
+
+
+def test_service_settings_out_of_range_are_one_sentence() -> None:
+    for env in ({"SANDSHELL_MAX_SESSIONS": "0"}, {"SANDSHELL_API_BODY_LIMIT": "10"}, {"LLAMA_OPENAI_SLOTS": "-1"}):
+        with pytest.raises(SettingsError, match="SANDSHELL_MAX_SESSIONS must be 1 or more"):
+            config.load(env_file=None, environ=env)
+    ok = config.load(env_file=None, environ={"SANDSHELL_API_BODY_LIMIT": "1MiB", "SANDSHELL_MAX_SESSIONS": "8"})
+    assert (ok.api_body_limit, ok.max_sessions) == (1024 * 1024, 8)

@@ -1,0 +1,80 @@
+"""The service across restarts: a crash loses nothing, running tasks come back interrupted, the token is kept."""
+
+from __future__ import annotations
+
+import stat
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.service_util import Server, containers
+
+pytestmark = pytest.mark.slow
+
+
+def test_after_a_crash_tasks_are_listed_and_the_running_one_is_interrupted_and_reaped(tmp_path: Path) -> None:
+    first = Server(tmp_path)
+    try:
+        finished = first.task("quick", [{"bash": "echo kept"}, {"done": "all kept"}])
+        first.wait(finished)
+        running = first.task("long", [{"bash": "sleep 120"}, {"done": "never"}])
+        first.wait(running, ("running",))
+        deadline = time.monotonic() + 30
+        while not containers(running) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert containers(running)
+    finally:
+        first.kill()  # as a crash: no clean-up at all
+    assert containers(running), "the crashed server's sandbox is still there before the restart"
+    second = Server(tmp_path)
+    try:
+        assert not containers(running), "the restart reaped it"
+        t = second.get(running)
+        assert t["status"] == "interrupted" and "running" in t["error"]
+        done = second.get(finished)
+        assert (done["status"], done["result"]) == ("done", "all kept") and any("kept" in x for x in done["log"])
+        listed = [t["id"] for t in second.http.get("/v1/tasks").json()["tasks"]]
+        assert listed == [running, finished]
+        replay = second.events(finished)  # a finished task's stream is its recording, from the start
+        assert replay[0][1] == "SessionStarted" and replay[-1][2]["result"] == "all kept"
+        again = second.task("after the restart", [{"done": "fine"}])
+        assert second.wait(again)["status"] == "done"
+    finally:
+        second.stop()
+
+
+def test_stopping_the_server_ends_running_tasks_as_interrupted(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    running = server.task("long", [{"bash": "sleep 120"}, {"done": "never"}])
+    server.wait(running, ("running",))
+    server.stop()  # SIGTERM: a clean stop
+    assert server.proc.returncode is not None
+    assert not containers(running)
+    back = Server(tmp_path)
+    try:
+        assert back.get(running)["status"] == "interrupted"
+    finally:
+        back.stop()
+
+
+def test_a_token_is_made_once_kept_0600_and_printed_only_then(tmp_path: Path) -> None:
+    first = Server(tmp_path, token=None)
+    first.stop()
+    path = tmp_path / "sessions" / ".service" / "api-token"
+    token = path.read_text().strip()
+    assert len(token) >= 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert token in first.output()
+    second = Server(tmp_path, token=None)
+    try:
+        assert token not in second.output()
+        assert httpx.get(f"{second.url}/v1/tasks").status_code == 401
+        ok = httpx.get(f"{second.url}/v1/tasks", headers={"Authorization": f"Bearer {token}"})
+        assert ok.status_code == 200
+        page = httpx.get(f"{second.url}/?token={token}", follow_redirects=False)
+        assert page.status_code == 303 and "httponly" in page.headers["set-cookie"].lower()
+        assert "samesite=strict" in page.headers["set-cookie"].lower()
+        assert httpx.get(f"{second.url}/?token=wrong").status_code == 401
+    finally:
+        second.stop()
