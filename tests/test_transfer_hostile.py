@@ -52,6 +52,21 @@ def test_a_hard_link_to_a_refused_entry_is_refused_too(archive: Settings, worksp
     assert (workspace / "keep.txt").read_text() == "keep\n"  # copied back at the end too, without a traceback
 
 
+def test_links_that_lead_out_only_together_never_reach_the_workspace(archive: Settings, workspace: Path) -> None:
+    """Each link is checked when unpacked, against the tree so far: `a -> b/..` is inside while b does
+    not exist, `b -> .` is inside; together a leads to the workspace's parent."""
+    (workspace.parent / "secret").write_text("outside\n")
+    with Sandbox(workspace=workspace, settings=archive) as sb:
+        sb.execute("cd /app && ln -s b/.. a && ln -s . b && mkdir sub && ln -s b/../.. sub/a && ln -s . sub/b")
+        said = sb.sync_workspace()
+        assert "copied back" in said and "2 refused" in said, said
+    root = os.path.realpath(workspace)
+    for link in (workspace / "a", workspace / "sub" / "a"):
+        assert not link.is_symlink() or os.path.commonpath([os.path.realpath(link), root]) == root, link
+    assert not (workspace / "a" / "secret").exists()
+    assert os.readlink(workspace / "b") == "."  # a link that stays inside is kept
+
+
 def test_a_deep_tree_never_crashes_the_copy_back(archive: Settings, workspace: Path) -> None:
     """1100 nested folders: deeper than Python's recursion limit (the mirror and shutil.rmtree recurse)."""
     (workspace / "keep.txt").write_text("keep\n")

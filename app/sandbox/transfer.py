@@ -81,6 +81,7 @@ def pull(container: Any, workspace: Path, limit: int) -> Pulled:
         staging.mkdir(mode=0o700)
         try:
             pulled = _unpack(tar_file, staging)
+            _drop_links_out(staging, pulled)
             _own_like(staging, workspace)
             _mirror(staging, workspace)
             return pulled
@@ -150,6 +151,22 @@ def _unpack(tar_file: IO[bytes], staging: Path) -> Pulled:
     except (tarfile.TarError, OSError) as e:
         raise SandboxError(f"the copy of /app could not be unpacked ({e}); the workspace is as before") from None
     return pulled
+
+
+def _drop_links_out(staging: Path, pulled: Pulled) -> None:
+    """Remove the links that lead out of the finished copy. The filter checks each link against the
+    tree unpacked so far, so links can lead out together (`a -> b/..`, then `b -> .`); the mirror
+    makes the workspace hold exactly this tree, so inside here is inside there."""
+    root = os.path.realpath(staging)
+    out = []
+    for folder, dirs, files in os.walk(staging):  # never into a link; depth bounded by MAX_DEPTH
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) and os.path.commonpath([os.path.realpath(path), root]) != root:
+                out.append(path)
+    for path in out:  # after the walk: a link removed first would change where the others lead
+        os.unlink(path)
+        pulled.refuse(os.path.relpath(path, staging), "links out of it, devices")
 
 
 def _own_like(staging: Path, workspace: Path) -> None:
