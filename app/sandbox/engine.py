@@ -34,6 +34,13 @@ def client(settings: Settings | None = None) -> docker.DockerClient:
             kwargs: dict[str, Any] = {"base_url": host, "tls": tls}
         else:
             kwargs = docker.utils.kwargs_from_env()  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH
+            if isinstance(kwargs.get("tls"), docker.tls.TLSConfig) and not kwargs["tls"].verify:
+                # docker-py makes DOCKER_CERT_PATH alone TLS that checks no certificate: anyone between
+                # us and the engine could pose as it
+                raise DockerUnavailable(
+                    "DOCKER_CERT_PATH is set without DOCKER_TLS_VERIFY, which would not check the engine's "
+                    "certificate; set DOCKER_TLS_VERIFY=1 (or SANDSHELL_DOCKER_TLS to the folder)"
+                )
         ssh = str(kwargs.get("base_url", "")).startswith("ssh://")
         # No version="auto": it asks the engine before trust_env can be turned off, and requests would
         # let a REQUESTS_CA_BUNDLE (or a proxy) in the environment replace the engine's CA.
