@@ -139,6 +139,8 @@ def test_a_wrong_engine_address_or_certificate_folder_is_one_clear_sentence(tmp_
         engine.client(_base_settings(docker_host="tcp://127.0.0.1:9", docker_tls=str(tmp_path)))
     with pytest.raises(DockerUnavailable, match=r"the Docker engine at tcp://127.0.0.1:9 does not answer"):
         engine.client(_base_settings(docker_host="tcp://127.0.0.1:9"))
+    with pytest.raises(DockerUnavailable, match=r"over TCP without TLS, so anyone on the way could drive it"):
+        engine.client(_base_settings(docker_host="tcp://192.0.2.1:2375"))  # refused before any packet leaves
 
 
 def test_copying_back_never_writes_through_a_link_already_in_the_workspace(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ def client(settings: Settings | None = None) -> docker.DockerClient:
                     "DOCKER_CERT_PATH is set without DOCKER_TLS_VERIFY, which would not check the engine's "
                     "certificate; set DOCKER_TLS_VERIFY=1 (or SANDSHELL_DOCKER_TLS to the folder)"
                 )
+        _refuse_plain_tcp(str(kwargs.get("base_url", "")), kwargs.get("tls"))
         ssh = str(kwargs.get("base_url", "")).startswith("ssh://")
         # No version="auto": it asks the engine before trust_env can be turned off, and requests would
         # let a REQUESTS_CA_BUNDLE (or a proxy) in the environment replace the engine's CA.
@@ -60,6 +61,19 @@ def client(settings: Settings | None = None) -> docker.DockerClient:
             f"no Docker engine answers ({reason}); start Docker (e.g. `sudo systemctl start docker`) "
             "and make sure your user may use it"
         ) from None
+
+
+def _refuse_plain_tcp(url: str, tls: Any) -> None:
+    """An engine is root on its machine: over TCP without TLS, anyone on the path could drive it
+    (only the loopback address is let through, for a local test engine)."""
+    if not url.startswith(("tcp://", "http://")) or tls:
+        return
+    address = url.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+    if address not in ("127.0.0.1", "localhost", "::1"):
+        raise DockerUnavailable(
+            f"the Docker engine at {url} would be reached over TCP without TLS, so anyone on the way could "
+            "drive it; give SANDSHELL_DOCKER_TLS (ca.pem, cert.pem, key.pem) or use ssh://USER@HOST"
+        )
 
 
 def _tls(folder: str) -> docker.tls.TLSConfig:
