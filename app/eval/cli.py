@@ -34,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
         help="a labelled set of settings (as in .env) to run every task with; repeat to measure settings "
         "on and off in the same run, e.g. --variant off --variant fewshot:LLAMA_FEW_SHOT=true",
     )  # fmt: skip
+    p.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply every task's time limit (a loaded machine: 2 or more)"
+    )
     p.add_argument("--solutions", action="store_true", help="run each task's reference solution, not a model")
     p.add_argument("--out", help="folder for the recordings and results (default sessions/eval-<time>)")
     p.add_argument("--json", help="where to write the results as JSON (default <out>/results.json)")
@@ -85,9 +88,10 @@ class Progress:
 def run(args: argparse.Namespace) -> int:
     if not args.tasks:
         raise TaskError("name the tasks to run: a folder (e.g. tasks/) or task files")
-    if args.parallel < 1 or args.repeat < 1:
-        raise TaskError("--parallel and --repeat must be 1 or more")
+    if args.parallel < 1 or args.repeat < 1 or not 0 < args.time_scale <= 100:
+        raise TaskError("--parallel and --repeat must be 1 or more, --time-scale above 0 and at most 100")
     tasks = select(load_tasks(args.tasks), args.level, args.tag)
+    tasks = [t.model_copy(update={"time_limit": t.time_limit * args.time_scale}) for t in tasks]
     if not tasks:
         raise TaskError("no task matches the --level and --tag given")
     vs = variants(args)
@@ -98,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     meta: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv[1:], "cpus": os.cpu_count(),
         "load_before": [round(x, 2) for x in os.getloadavg()], "parallel": args.parallel, "repeat": args.repeat,
+        "time_scale": args.time_scale,
         "variants": {v.label: _described(v) for v in vs},
     }  # fmt: skip
     results = run_suite(tasks, vs, out, args.parallel, args.repeat, on_result=Progress())
