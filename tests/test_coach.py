@@ -61,6 +61,7 @@ def test_few_shot_examples_are_in_the_fixed_prompt_only_when_asked(s: Settings) 
         run(s.replace(few_shot=on), backend)
         system = backend.prompts[0][0]["content"]
         assert (FEW_SHOT.strip() in system) is on
+        assert backend.prompts[0][1]["content"].endswith('\nGoal "make /app/x":') is on
         assert ("Your goal: make /app/x" in system) is True
 
 

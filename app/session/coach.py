@@ -58,6 +58,10 @@ class Coach:
     def system(self, text: str) -> str:
         return text.rstrip() + "\n" + FEW_SHOT if self.settings.few_shot else text
 
+    def opening(self, text: str) -> str:
+        """With the examples, the goal ends the opening message just as in them (a small model copies form)."""
+        return f'{text}\nGoal "{self.goal()[:400]}":' if self.settings.few_shot else text
+
     # -- after each step: what the model is told -------------------------------------------------
     def after(self, step: Step, turn: Turn) -> None:
         key = step.action.key()

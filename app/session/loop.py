@@ -163,7 +163,7 @@ class Session:
     def _answer(self, system: str, params: dict[str, Any]) -> Reply | None:
         """Ask the model; a server that says the prompt overflows its context is asked again, shorter."""
         for _ in range(3):
-            messages, used = self.context.messages(self.coach.system(system), self.opening)
+            messages, used = self.context.messages(self.coach.system(system), self.coach.opening(self.opening))
             self.emit(ev.TurnStarted(self.turns, used, self.context.limit, self.context.n_ctx, self.context.dropped))
             self.emit(ev.Phase("thinking"))
             try:
