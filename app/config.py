@@ -58,6 +58,9 @@ class Settings:
     repeat_limit: int = _f(
         "LLAMA_REPEAT_LIMIT", 4, "stop after the model repeats the same action this many times in a row (0: never)"
     )
+    observation_tokens: int = _f(
+        "LLAMA_OBSERVATION_TOKENS", 0, "most tokens one observation takes (0: a fifth of the context); less is faster"
+    )
     # help for small models (issue 14): each off by default, measured on and off with `sandshell eval`
     few_shot: bool = _f("LLAMA_FEW_SHOT", False, "add a few short examples of answers to the fixed prompt")
     comment_chars: int = _f(
@@ -256,6 +259,8 @@ def _check_ranges(s: Settings) -> None:
         value = getattr(s, f.name)
         if isinstance(value, float) and not 0 <= value < math.inf:
             problems.append(f"{f.metadata.get('env', f.name)} must be a finite number, 0 or more")
+    if s.observation_tokens < 0:
+        problems.append("LLAMA_OBSERVATION_TOKENS must be 0 or more")
     if not 1 <= s.best_of <= 8 or s.comment_chars < -1 or not 1.0 <= s.history_penalty <= 2.0:
         problems.append("LLAMA_BEST_OF must be 1 to 8, LLAMA_COMMENT_CHARS -1 or more, LLAMA_HISTORY_PENALTY 1 to 2")
     if s.pids_limit < 16:

@@ -48,7 +48,8 @@ class Session:
         self.coach = Coach(settings, sandbox, lambda: self.world.last.get("goal", ""))
         self.opening = f"Begin. The shell is ready: {OPENING_PROMPT}"  # fixed within a session: the cache holds
         backend = model.backend
-        self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count)
+        self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count,
+                               observation_tokens=settings.observation_tokens)  # fmt: skip
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
         self.last_action: tuple[str, str, str] | None = None
