@@ -150,6 +150,6 @@ def test_the_history_penalty_reaches_the_last_answers_commands() -> None:
         backend = LlamaBackend(_base_settings(comment_chars=0, history_penalty=penalty))
         answers[penalty] = "".join(x for x in backend.stream(msgs, greedy) if isinstance(x, str))
         if penalty > 1:
-            assert [backend.llm.detokenize([t]) for t in backend._recent_commands(msgs)] == [b" ls", b" -", b"la"]
+            assert [backend.llm.detokenize([t]) for t in backend._recent_commands(msgs)] == [b"ls", b" -", b"la"]
     assert answers[1.0].startswith('[{"bash": "ls -la"')  # unpenalized, the model repeats itself
     assert "ls -la" not in answers[2.0]

@@ -101,7 +101,7 @@ class LlamaBackend:
             except actions.ParseError:
                 continue
             for a in found:
-                out += self.llm.tokenize((" " + a.arg).encode(), add_bos=False)[:32]
+                out += self.llm.tokenize(a.arg.encode(), add_bos=False)[:32]  # as after `"bash": "`
         return out[-sampling.PENALTY_WINDOW :]
 
     def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
