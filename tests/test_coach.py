@@ -27,9 +27,11 @@ class Seeing(ScriptBackend):
     def __init__(self, *answers: object) -> None:
         super().__init__([json.dumps(a) for a in answers])
         self.prompts: list[list[Message]] = []
+        self.params: list[dict[str, Any]] = []
 
     def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
         self.prompts.append([dict(m) for m in messages])
+        self.params.append(dict(params))
         yield from super().stream(messages, params)
 
 
@@ -91,8 +93,11 @@ def test_best_of_n_keeps_the_answer_the_checker_likes(s: Settings) -> None:
 
 def test_best_of_n_samples_reuse_the_prompt_and_report_all_tokens(s: Settings) -> None:
     backend = Seeing({"bash": "false"}, {"bash": "false"}, {"bash": "true"}, {"done": "ok"})
-    run(s.replace(best_of=2), backend)
+    run(s.replace(best_of=2, sampling={"temperature": 0.2, "seed": 7}), backend)
     assert len(backend.prompts) == 4 and backend.prompts[1] == backend.prompts[2]
+    first, second = backend.params[1], backend.params[2]  # turn 2's two samples: the second is hotter, reseeded
+    assert (first["temperature"], first["seed"]) == (0.2, 7) and second["seed"] == 8
+    assert second["temperature"] == pytest.approx(0.5)
 
 
 def test_error_fix_quotes_the_error(s: Settings) -> None:

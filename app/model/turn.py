@@ -54,6 +54,8 @@ class Model:
             candidate = dict(params)
             if "seed" in candidate:  # a fixed seed would give the same answer N times
                 candidate["seed"] = (int(candidate["seed"]) + i) % 2**31
+            if i:  # each further sample a little hotter: a low temperature would give the same answer again
+                candidate["temperature"] = min(1.5, float(params.get("temperature", 0.8)) + 0.3 * i)
             reply = next(r for r in self._attempts(messages, candidate) if isinstance(r, Reply))
             _add(total, reply.stats)
             value = score(reply)
