@@ -171,3 +171,16 @@ def test_a_real_model_run_is_measured(tmp_path: Path) -> None:
     assert res.steps >= 1 and len(res.ttft) == res.steps and res.tokens_in > 0 and res.tokens_out > 0
     assert all(0 <= c <= 1 for c in res.cache) and all(t > 0 for t in res.ttft)
     assert Path(res.session or "").is_dir()
+
+
+def test_a_turn_that_runs_past_the_time_limit_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandshell.eval import run as eval_run
+
+    monkeypatch.setattr(eval_run, "HARD_GRACE", 1.0)
+    task = load_task(write(tmp_path, "slow", GOOD.replace("time_limit = 30", "time_limit = 1")))
+    script = tmp_path / "slow.jsonl"
+    script.write_text('[{"bash": "sleep 25", "timeout": 30}]\n')
+    s = _base_settings(intro=False, profile="locked", exit_timeout=30.0, backend="script", script_path=str(script))
+    [res] = run_suite([task], [Variant("v", s)], tmp_path / "out")
+    assert res.status == "timeout" and "past the time limit" in (res.error or "")
+    assert res.seconds < 15 and not res.passed

@@ -7,7 +7,6 @@ worker and variant and reused across tasks; `--parallel N` runs N workers, each 
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 import threading
 import time
@@ -29,6 +28,7 @@ from sandshell.session.control import Control
 
 CHECK_TIMEOUT = 30.0
 SETUP_TIMEOUT = 60.0
+HARD_GRACE = 30.0  # seconds past a task's time limit before a turn still running is stopped
 OUTPUT_CHARS = 400  # of a failed check's or setup's output, kept in the result
 
 
@@ -95,8 +95,11 @@ def run_task(task: Task, variant: Variant, out: Path, backend: Backend | None, r
             workspace=empty, workspace_mode="copy", sessions_dir=str(out / "sessions"), approval=False,
             max_steps=task.step_limit, max_seconds=task.time_limit,
         )  # fmt: skip
+        control = Control()
+        # The session checks its time limit between turns; a turn that runs on is stopped here.
+        hard = threading.Timer(task.time_limit + HARD_GRACE, control.quit)
         try:
-            with open_session(s, [turns], Control(), goal=task.goal, backend=backend, log=lambda _: None) as parts:
+            with open_session(s, [turns], control, goal=task.goal, backend=backend, log=lambda _: None) as parts:
                 res.session = str(parts.recorder.folder)
                 for command in task.setup:
                     r = parts.sandbox.execute(command, SETUP_TIMEOUT)
@@ -104,14 +107,20 @@ def run_task(task: Task, variant: Variant, out: Path, backend: Backend | None, r
                         why = f"{r.status_line()}): {command[:200]}: {_tail(r.output)}"
                         raise SandshellError(f"setup command failed ({why}")
                 parts.sandbox.execute("cd /app", 5)
+                hard.start()
                 outcome = parts.session.run()
+                hard.cancel()
                 res.status, res.error = outcome.status, outcome.error
+                if control.quitting:
+                    res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"
                 res.steps, res.tokens_in, res.tokens_out = outcome.turns, outcome.tokens_in, outcome.tokens_out
                 check = parts.sandbox.execute(f"cd /app && {task.check}", CHECK_TIMEOUT)
                 res.passed = check.ok
                 res.check_output = _tail(check.output)
         except SandshellError as e:
             res.status, res.error = "error", str(e)
+        finally:
+            hard.cancel()
     res.seconds = round(time.monotonic() - started, 2)
     res.ttft, res.cache = turns.ttft, turns.cache
     return res
@@ -167,7 +176,3 @@ def run_suite(
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
         ordered = list(ex.map(one, todo))
     return ordered
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
