@@ -139,7 +139,10 @@ def main(argv: list[str]) -> int:
     try:
         if args.compare:
             a, b = (report.load(p) for p in args.compare)
-            print(report.compare(a, b, (Path(args.compare[0]).name, Path(args.compare[1]).name)))
+            names = [Path(p).name for p in args.compare]
+            if names[0] == names[1]:  # two results.json: name them by their folders
+                names = [f"{Path(p).parent.name}/{Path(p).name}" for p in args.compare]
+            print(report.compare(a, b, (names[0], names[1])))
             return 0
         return run(args)
     except SandshellError as e:
