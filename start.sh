@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 say() { printf 'sandshell: %s\n' "$*" >&2; }
 
 headless=0
-for a in "$@"; do case "$a" in --headless|-h|--help|prepare|serve) headless=1 ;; esac; done
+for a in "$@"; do case "$a" in --headless|-h|--help|prepare|serve|eval) headless=1 ;; esac; done
 if [ $headless -eq 0 ] && { [ ! -t 0 ] || [ ! -t 1 ]; }; then
   say "the UI needs a terminal; run ./start.sh in one, or use ./start.sh --headless --goal \"...\""
   exit 2

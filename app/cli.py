@@ -1,4 +1,5 @@
-"""The command line: `prepare`, the interactive session (default), `--headless`, `replay`, `reset`, `serve`."""
+"""The command line: `prepare`, the interactive session (default), `--headless`, `replay`, `reset`, `serve`,
+`eval`."""
 
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ def _rerun(folder: Path, settings: Any) -> tuple[Any, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["eval"]:  # its own options: see sandshell/eval/cli.py
+        from sandshell.eval.cli import main as eval_main
+
+        return eval_main(argv[1:])
     parser = argparse.ArgumentParser(prog="sandshell", description="Watch a local language model live in a shell.")
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("prepare", help="check Docker and build the sandbox image")

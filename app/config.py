@@ -58,6 +58,25 @@ class Settings:
     repeat_limit: int = _f(
         "LLAMA_REPEAT_LIMIT", 4, "stop after the model repeats the same action this many times in a row (0: never)"
     )
+    observation_tokens: int = _f(
+        "LLAMA_OBSERVATION_TOKENS", 0, "most tokens one observation takes (0: a fifth of the context); less is faster"
+    )
+    # help for small models (issue 14): each off by default, measured on and off with `sandshell eval`
+    few_shot: bool = _f("LLAMA_FEW_SHOT", False, "add a few short examples of answers to the fixed prompt")
+    comment_chars: int = _f(
+        "LLAMA_COMMENT_CHARS", -1, "most characters of an action's comment, by the grammar (-1: no cap, 0: none)"
+    )
+    intro_style: Literal["turn", "observation"] = _f(
+        "LLAMA_INTRO_STYLE",
+        "turn",
+        "turn (the intro reads as the model's first answer) or observation (its output is in the opening message)",
+    )
+    best_of: int = _f("LLAMA_BEST_OF", 1, "sample this many answers a turn and keep the one a checker likes best")
+    error_fix: bool = _f("LLAMA_ERROR_FIX", False, "after a failed command, quote its error and ask for a fix")
+    nudge: bool = _f("LLAMA_NUDGE", False, "once a session, restate the goal instead of stopping a stuck model")
+    history_penalty: float = _f(
+        "LLAMA_HISTORY_PENALTY", 1.0, "repeat penalty on the commands of the last two answers (1.0: off; llama only)"
+    )
     default_goal: str = _f("LLAMA_DEFAULT_GOAL", DEFAULT_GOAL, "the goal when /app/goal is absent")
     exit_timeout: float = _f(
         "LLAMA_EXIT_TIMEOUT", 10.0, "seconds a command may run before its whole process tree is killed"

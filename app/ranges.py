@@ -30,6 +30,10 @@ def check_ranges(s: Settings) -> None:
             "SANDSHELL_MAX_SESSIONS must be 1 or more, SANDSHELL_MAX_CONVERSATIONS and LLAMA_OPENAI_SLOTS 0 or "
             "more, SANDSHELL_API_BODY_LIMIT at least 1KiB"
         )
+    if s.observation_tokens < 0:
+        problems.append("LLAMA_OBSERVATION_TOKENS must be 0 or more")
+    if not 1 <= s.best_of <= 8 or s.comment_chars < -1 or not 1.0 <= s.history_penalty <= 2.0:
+        problems.append("LLAMA_BEST_OF must be 1 to 8, LLAMA_COMMENT_CHARS -1 or more, LLAMA_HISTORY_PENALTY 1 to 2")
     if s.pids_limit < 16:
         problems.append("SANDSHELL_PIDS_LIMIT must be at least 16")
     if problems:

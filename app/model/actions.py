@@ -178,3 +178,13 @@ path    ::= "\"" [^"\\\x00-\x1f{}\[\]]+ "\""
 number  ::= [1-9] [0-9]{0,3}
 ws      ::= [ \t\n]{0,2}
 """
+
+
+def grammar(comment_chars: int = -1) -> str:
+    """The grammar, with the comment capped at `comment_chars` characters (0: no comment; -1: no cap)."""
+    if comment_chars < 0:
+        return GRAMMAR
+    if comment_chars == 0:
+        return GRAMMAR.replace(" comment? ", " ")
+    capped = f'comment ::= "\\"comment\\"" ws ":" ws "\\"" char{{0,{comment_chars}}} "\\"" ws "," ws'
+    return "\n".join(capped if line.startswith("comment ") else line for line in GRAMMAR.split("\n"))

@@ -100,6 +100,7 @@ class Context:
     count: Callable[[list[Message]], int]
     turns: list[Turn] = field(default_factory=list)
     dropped: int = 0
+    observation_tokens: int = 0  # a cap on one observation (0: none but the room's fifth)
 
     @property
     def limit(self) -> int:
@@ -111,8 +112,10 @@ class Context:
 
     @property
     def observation_chars(self) -> int:
-        """Characters one observation may take: a fifth of the room left for history."""
-        return max(400, int((self.n_ctx - self.max_tokens) / 5 * CHARS_PER_TOKEN))
+        """Characters one observation may take: a fifth of the room left for history, or less if capped."""
+        room = int((self.n_ctx - self.max_tokens) / 5 * CHARS_PER_TOKEN)
+        cap = int(self.observation_tokens * CHARS_PER_TOKEN) if self.observation_tokens > 0 else room
+        return max(400, min(room, cap))
 
     def messages(self, system: str, opening: str) -> tuple[list[Message], int]:
         """The messages for the next turn and their token count; shrinks history until they fit."""

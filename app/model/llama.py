@@ -62,8 +62,10 @@ class LlamaBackend:
         except (ValueError, RuntimeError, OSError) as e:
             raise ModelError(f"llama.cpp could not load {self.path.name}: {e}") from None
         self.n_ctx = self.llm.n_ctx()
-        self.grammar = LlamaGrammar.from_string(actions.GRAMMAR, verbose=False) if settings.grammar else None
-        self.fast = sampling.GrammarSampler(self.llm, actions.GRAMMAR) if settings.grammar else None
+        gbnf = actions.grammar(settings.comment_chars)
+        self.grammar = LlamaGrammar.from_string(gbnf, verbose=False) if settings.grammar else None
+        self.fast = sampling.GrammarSampler(self.llm, gbnf) if settings.grammar else None
+        self.history_penalty = settings.history_penalty
         template = self.llm.metadata.get("tokenizer.chat_template")
         self.formatter = None
         if template and "chat_format" not in settings.load_params:
@@ -90,6 +92,18 @@ class LlamaBackend:
         text = "".join(m["content"] for m in messages)
         return len(self.llm.tokenize(text.encode(), add_bos=False)) + 8 * len(messages)
 
+    def _recent_commands(self, messages: list[Message]) -> list[int]:
+        """Tokens of the commands, paths and results in the last two answers (the penalty's window is 64)."""
+        out: list[int] = []
+        for m in [m for m in messages if m["role"] == "assistant"][-2:]:
+            try:
+                found = actions.parse(m["content"])
+            except actions.ParseError:
+                continue
+            for a in found:
+                out += self.llm.tokenize(a.arg.encode(), add_bos=False)[:32]  # as after `"bash": "`
+        return out[-sampling.PENALTY_WINDOW :]
+
     def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
         start = time.perf_counter()
         stats = Stats()
@@ -99,7 +113,10 @@ class LlamaBackend:
             stats.prompt_tokens = len(tokens)
             stats.cached_tokens = _common_prefix(list(self.llm._input_ids[: self.llm.n_tokens]), tokens)
             if self.fast is not None and sampling.supports(params):
-                pieces = self.fast.generate(tokens, params)
+                penalized = self._recent_commands(messages) if self.history_penalty > 1 else []
+                if penalized:  # the penalty reaches the last answers' commands, not only this answer's tokens
+                    params = {**params, "repeat_penalty": max(params.get("repeat_penalty", 1.0), self.history_penalty)}
+                pieces = self.fast.generate(tokens, params, penalized)
             else:
                 chunks: Any = self.llm.create_completion(
                     prompt=tokens, stop=stop or None, grammar=self.grammar, stream=True, **params

@@ -24,6 +24,7 @@ SUPPORTED = {
     "max_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
     "frequency_penalty", "mirostat_mode", "mirostat_tau", "mirostat_eta", "seed",
 }  # fmt: skip
+PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size: the tokens the repeat penalty looks back on
 
 
 def supports(params: dict[str, Any]) -> bool:
@@ -70,8 +71,13 @@ class GrammarSampler:
         C.llama_sampler_apply(chain.sampler, arr)
         return int(self.candidates.candidates_data.id[self.candidates.candidates.selected])
 
-    def generate(self, tokens: list[int], params: dict[str, Any]) -> Iterator[tuple[str, bool]]:
-        """Evaluate the prompt (reusing the KV cache's common prefix), then yield (text, cut) pieces."""
+    def generate(
+        self, tokens: list[int], params: dict[str, Any], penalized: list[int] | None = None
+    ) -> Iterator[tuple[str, bool]]:
+        """Evaluate the prompt (reusing the KV cache's common prefix), then yield (text, cut) pieces.
+
+        `penalized` tokens enter the repeat penalty's history first, as if just written.
+        """
         llm = self.llm
         prefix = 0
         for a, b in zip(llm._input_ids[: llm.n_tokens].tolist(), tokens, strict=False):
@@ -81,6 +87,8 @@ class GrammarSampler:
         llm.n_tokens = min(prefix, len(tokens) - 1)  # the last prompt token is evaluated again for its logits
         llm.eval(tokens[llm.n_tokens :])
         chain = self._chain(params)
+        for token in penalized or ():
+            C.llama_sampler_accept(chain.sampler, token)
         grammar = C.llama_sampler_init_grammar(self.vocab, self.grammar, b"root")
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         made: list[int] = []

@@ -6,7 +6,7 @@ settings ask for (each is imported only when chosen, so nothing here needs llama
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +36,41 @@ class Model:
         self.backend = backend
         self.settings = settings
 
-    def turn(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Reply]:
-        """Stream the answer's text, then yield one Reply."""
+    def turn(
+        self, messages: list[Message], params: dict[str, Any], score: Callable[[Reply], float] | None = None
+    ) -> Iterator[str | Reply]:
+        """Stream the answer's text, then yield one Reply.
+
+        With `best_of` N > 1 and a `score`, N answers are sampled (the prompt's KV cache is reused,
+        only the answers are new) and the best scored one is given, its text all at once.
+        """
+        n = self.settings.best_of if score is not None else 1
+        if n <= 1 or score is None:
+            yield from self._attempts(messages, params)
+            return
+        best: tuple[float, Reply] | None = None
+        total = Stats()
+        for i in range(n):
+            candidate = dict(params)
+            if "seed" in candidate:  # a fixed seed would give the same answer N times
+                candidate["seed"] = (int(candidate["seed"]) + i) % 2**31
+            if i:  # each further sample a little hotter: a low temperature would give the same answer again
+                candidate["temperature"] = min(1.5, float(params.get("temperature", 0.8)) + 0.3 * i)
+            reply = next(r for r in self._attempts(messages, candidate) if isinstance(r, Reply))
+            _add(total, reply.stats)
+            value = score(reply)
+            if best is None or value > best[0]:
+                best = (value, reply)
+            if value >= 0:  # nothing the checker dislikes: no need to pay for more samples
+                break
+        assert best is not None
+        chosen = best[1]
+        chosen.stats, chosen.notes = total, [*chosen.notes]
+        yield chosen.text
+        yield chosen
+
+    def _attempts(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Reply]:
+        """One answer, asked again (a bounded number of times) while an unconstrained one does not parse."""
         retries = 0 if self.backend.constrained else self.settings.parse_retries
         convo = list(messages)
         total = Stats()

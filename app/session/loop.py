@@ -17,14 +17,11 @@ from sandshell.model.turn import Model, Reply
 from sandshell.model.types import Stats
 from sandshell.sandbox.protocol import Result
 from sandshell.session import events as ev
+from sandshell.session.coach import Coach
 from sandshell.session.control import Control
 from sandshell.session.types import Outcome, SandboxLike, public_settings
 from sandshell.session.world import World
 
-INTRO = [
-    Action("read", "/app/goal", comment="first, read my goal"),
-    Action("bash", "pwd && ls -la", comment="look at where I am"),
-]
 OPENING_PROMPT = "0 root@sandbox:/app #"
 MAX_BAD_ANSWERS = 3  # answers in a row that did not parse before the session stops as stuck
 
@@ -48,8 +45,11 @@ class Session:
         self.session_id = session_id
         self.goal_override = goal
         self.world = World(settings, goal)
+        self.coach = Coach(settings, sandbox, lambda: self.world.last.get("goal", ""))
+        self.opening = f"Begin. The shell is ready: {OPENING_PROMPT}"  # fixed within a session: the cache holds
         backend = model.backend
-        self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count)
+        self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count,
+                               observation_tokens=settings.observation_tokens)  # fmt: skip
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
         self.last_action: tuple[str, str, str] | None = None
@@ -123,6 +123,9 @@ class Session:
         if s.max_seconds and time.monotonic() - self.started >= s.max_seconds:
             return Outcome("timeout", error=f"the time limit ({s.max_seconds:g}s) was reached before the goal")
         if s.repeat_limit and self.same_in_a_row >= s.repeat_limit:
+            if self.coach.nudged(self._tell, "the same action"):
+                self.same_in_a_row = 0
+                return None
             return Outcome("stuck", error=f"the model repeated the same action {s.repeat_limit} times in a row")
         if self.bad_answers >= MAX_BAD_ANSWERS:
             return Outcome("stuck", error=f"{MAX_BAD_ANSWERS} answers in a row were not valid actions")
@@ -153,6 +156,7 @@ class Session:
             self._note_repeat(action, turn)
             step = self._act(action)
             turn.steps.append(step)
+            self.coach.after(step, turn)
             if action.kind == "done":
                 self.finished = action.arg
                 break
@@ -160,8 +164,7 @@ class Session:
     def _answer(self, system: str, params: dict[str, Any]) -> Reply | None:
         """Ask the model; a server that says the prompt overflows its context is asked again, shorter."""
         for _ in range(3):
-            # The opening never changes within a session, so the prompt's prefix (and the KV cache) holds.
-            messages, used = self.context.messages(system, f"Begin. The shell is ready: {OPENING_PROMPT}")
+            messages, used = self.context.messages(self.coach.system(system), self.coach.opening(self.opening))
             self.emit(ev.TurnStarted(self.turns, used, self.context.limit, self.context.n_ctx, self.context.dropped))
             self.emit(ev.Phase("thinking"))
             try:
@@ -175,7 +178,7 @@ class Session:
     def _ask(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Reply | None:
         """The model's answer; None when the user paused while it was being written (it is dropped)."""
         reply, written = Reply("", error="no answer"), ""
-        for item in self.model.turn(messages, params):
+        for item in self.model.turn(messages, params, self.coach.score):
             if isinstance(item, Reply):
                 reply = item
             else:
@@ -285,8 +288,10 @@ class Session:
             self.context.turns.append(Turn(answer="[]", notes=[note]))
 
     def _intro(self) -> None:
-        # With a goal given for this session, /app/goal is not the goal: don't show it as one.
-        intro = [a for a in INTRO if not (self.goal_override and a.arg == "/app/goal")]
+        intro = self.coach.intro(bool(self.goal_override))  # a given goal is not /app/goal: not read
+        if self.settings.intro_style == "observation":  # what the shell showed, not the model's own move
+            self.opening += "".join("\n\n" + self._act(a).observation for a in intro)
+            return
         turn = Turn(answer=actions.dumps(intro))
         self.context.turns.append(turn)
         self.emit(ev.ModelReplied(turn.answer, tuple(intro), None, Stats()))
