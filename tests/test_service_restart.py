@@ -1,4 +1,5 @@
-"""The service across restarts: a crash loses nothing, running tasks come back interrupted, the token is kept."""
+"""The service across restarts: a crash loses nothing, running tasks come back interrupted, waiting ones
+run after the restart, the token is kept."""
 
 from __future__ import annotations
 
@@ -76,5 +77,24 @@ def test_a_token_is_made_once_kept_0600_and_printed_only_then(tmp_path: Path) ->
         assert page.status_code == 303 and "httponly" in page.headers["set-cookie"].lower()
         assert "samesite=strict" in page.headers["set-cookie"].lower()
         assert httpx.get(f"{second.url}/?token=wrong").status_code == 401
+    finally:
+        second.stop()
+
+
+def test_tasks_waiting_at_a_crash_run_after_the_restart_in_their_order(tmp_path: Path) -> None:
+    first = Server(tmp_path, SANDSHELL_MAX_SESSIONS="1")
+    try:
+        running = first.task("long", [{"bash": "sleep 120"}, {"done": "never"}])
+        first.wait(running, ("running",))
+        waiting = [first.task(f"wait {i}", [{"bash": f"echo {i} >> /tmp/x"}, {"done": f"ran {i}"}]) for i in range(2)]
+        assert [first.get(t)["status"] for t in waiting] == ["queued", "queued"]
+    finally:
+        first.kill()  # as a crash
+    second = Server(tmp_path, SANDSHELL_MAX_SESSIONS="1")
+    try:
+        assert second.get(running)["status"] == "interrupted"
+        ended = [second.wait(t) for t in waiting]
+        assert [(t["status"], t["result"]) for t in ended] == [("done", "ran 0"), ("done", "ran 1")]
+        assert ended[0]["ended"] <= ended[1]["started"]  # one at a time, in the order they came
     finally:
         second.stop()

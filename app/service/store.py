@@ -3,7 +3,8 @@
 The folder of a task is its session's folder (`events.jsonl`, `session.cast`), so
 `./start.sh replay sessions/<id>` plays an API task like any other. `task.json` is written
 whole (a temporary file renamed over it) at each change of state, so a crash leaves the last
-state; a server that starts again marks what was queued or running then as interrupted.
+state; a server that starts again marks what was running then as interrupted, and queues again
+what was waiting.
 """
 
 from __future__ import annotations
@@ -114,12 +115,12 @@ class Store:
         return out
 
     def recover(self) -> list[TaskRecord]:
-        """Load every task; those queued or running when the server stopped are marked interrupted."""
+        """Load every task; those running when the server stopped are marked interrupted (those still
+        waiting never started: they wait again, in their order)."""
         records = self.load_all()
         for r in records:
-            if r.active:
-                was = r.status
+            if r.status == "running":
                 r.status, r.ended = "interrupted", time.time()
-                r.error = f"the server stopped while the task was {was}; its sandbox was removed"
+                r.error = "the server stopped while the task was running; its sandbox was removed"
                 self.save(r)
         return records

@@ -75,7 +75,8 @@ class TaskManager:
         self.tasks: dict[str, TaskRecord] = {r.id: r for r in store.recover()}
         for r in self.tasks.values():
             r.log = []  # kept on disk; read back for one task when asked
-        self.queue: deque[str] = deque()
+        waiting = sorted((r for r in self.tasks.values() if r.status == "queued"), key=lambda r: r.created)
+        self.queue: deque[str] = deque(r.id for r in waiting)  # in the order they came (ids share a second)
         self.controls: dict[str, Control] = {}
         self.logs: dict[str, list[str]] = {}
         self._cond = threading.Condition()
