@@ -334,7 +334,9 @@ async def test_a_start_error_is_shown_whole_and_again_after_quit(
 async def test_w_copies_the_workspace_back_while_the_session_runs(workspace: Path, tmp_path: Path) -> None:
     """With the workspace travelling as a copy (an engine elsewhere), `w` brings /app back now; the
     key is hidden when the folder is mounted."""
-    s = settings_for(workspace, tmp_path, {"bash": "echo made > /app/made.txt"}, *[{"bash": "sleep 0.2"}] * 200,
+    # distinct commands: a repeated one would end the session as stuck, and the end copies back too
+    s = settings_for(workspace, tmp_path, {"bash": "echo made > /app/made.txt"},
+                     *[{"bash": f"sleep 0.2 # {i}"} for i in range(200)],
                      workspace_transfer="archive", sync_seconds=0.0)  # fmt: skip
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
@@ -343,9 +345,10 @@ async def test_w_copies_the_workspace_back_while_the_session_runs(workspace: Pat
         await pilot.press("w")
         await wait_for(pilot, lambda: (workspace / "made.txt").exists())
         await wait_for(pilot, lambda: "/app copied back" in log_text(app))
+        assert app.ended is None  # it came back on `w`, not with the end of the session
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running)
-    mounted = live_app(settings_for(workspace, tmp_path, *[{"bash": "sleep 0.2"}] * 200))
+    mounted = live_app(settings_for(workspace, tmp_path, *[{"bash": f"sleep 0.2 # {i}"} for i in range(200)]))
     async with mounted.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "sleep 0.2" in log_text(mounted))
         assert mounted.ended is None and mounted.check_action("sync", ()) is False
