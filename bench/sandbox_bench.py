@@ -12,6 +12,7 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -130,6 +131,7 @@ def main() -> None:
                                                               transport=args.transport)  # fmt: skip
     if not args.tls_engine:
         return run(settings, args)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines
     from tests import engines
 
     with tempfile.TemporaryDirectory() as base, engines.tls_engine(Path(base)) as e:

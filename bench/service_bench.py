@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -127,7 +128,10 @@ def main() -> None:
 
     tasks_module.Wake.emit = stamped  # type: ignore[method-assign]
     service = Service(settings, log=lambda _m: None)
-    port = _free_port()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.net
+    from tests.net import free_port
+
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -157,14 +161,6 @@ def main() -> None:
         http.close()
         server.should_exit = True
         thread.join(30)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

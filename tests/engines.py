@@ -33,6 +33,7 @@ import docker
 
 from sandshell import config
 from sandshell.sandbox import engine as sandshell_engine
+from tests.net import free_port
 
 
 @dataclass
@@ -63,12 +64,6 @@ def make_certs(folder: Path) -> Path:
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def tls_engine(base: Path) -> Iterator[Engine]:
     """Start the engine, yield how to reach it, stop it and remove all it made."""
@@ -76,7 +71,7 @@ def tls_engine(base: Path) -> Iterator[Engine]:
     root = base / "engine"
     root.mkdir()
     (root / "daemon.json").write_text(json.dumps({}))
-    port = _free_port()
+    port = free_port()
     log = base / "dockerd.log"
     ns = f"sandshell-test-{os.getpid()}"
     cmd = ["dockerd", "--config-file", str(root / "daemon.json"), "--data-root", str(root / "data"),

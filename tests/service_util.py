@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,10 @@ import docker
 import httpx
 
 from sandshell.sandbox import engine
+from tests.net import free_port, wait_until_answers
 
 TOKEN = "test-token-0123456789"
 ENDED = ("done", "max_steps", "timeout", "stuck", "quit", "error", "cancelled", "interrupted")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -57,17 +51,7 @@ class Server:
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited: {self.output()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the server did not answer: {self.output()[-2000:]}")
+        wait_until_answers(f"{self.url}/v1/health", self.proc, self.output, timeout)
 
     def output(self) -> str:
         if not self.log.closed:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from sandshell import config
@@ -23,17 +20,12 @@ from sandshell.model.turn import Model, Reply
 from sandshell.resources import fixed_system_prompt
 from sandshell.runner import run_task
 from sandshell.session.control import Control
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.net import free_port, wait_until_answers
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w+b")  # noqa: SIM115 - a pipe would fill and stall it
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()), "--host", "127.0.0.1",
@@ -42,17 +34,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"llama_cpp.server exited: {log.read().decode()[-500:]}")
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+
+        def said() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")
+
+        wait_until_answers(f"{base}/models", proc, said, 90)
         yield base
     finally:
         proc.terminate()

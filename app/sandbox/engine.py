@@ -128,6 +128,11 @@ def archive_transfer(settings: Settings) -> bool:
     return mode == "archive" or (mode == "auto" and not is_local(settings))
 
 
+def copies_back(settings: Settings) -> bool:
+    """Whether /app is copied back into the host folder (archive transfer in rw mode)."""
+    return settings.workspace_mode == "rw" and archive_transfer(settings)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -113,7 +113,7 @@ class Sandbox:
 
     def _remove_container(self) -> None:
         if self.container is not None:
-            self._sync.now(self.container, self._spec, quiet=False)  # a dead container still gives its /app
+            self._sync.now(self.container, quiet=False)  # a dead container still gives its /app
             remove_container(self._docker, self.container, self._spec)
             self.container = None
         if self._spec is not None:
@@ -122,7 +122,7 @@ class Sandbox:
     def sync_workspace(self) -> str:
         """Copy /app back into the host folder now (archive transfer in rw mode); says what came back."""
         with self._lock:
-            return self._sync.now(self.container, self._spec, quiet=False)
+            return self._sync.now(self.container, quiet=False)
 
     # -- commands ----------------------------------------------------------------------------
     def stream(self, command: str, timeout: float | None = None) -> Iterator[Event]:
@@ -147,7 +147,7 @@ class Sandbox:
                 yield from self._follow(command, cid, seconds)
             finally:
                 self._running = None
-                self._sync.due(self.container, self._spec)
+                self._sync.due(self.container)
 
     def _send_run(self, frame: dict[str, Any]) -> None:
         """Send a command; if the sandbox died since the last one, start a fresh one first (nothing ran yet)."""

@@ -26,6 +26,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
+from sandshell.sandbox.engine import copies_back
 
 CHUNK = 1 << 20
 TAR_SLACK = 64 * 1024 * 1024  # a tar's headers and padding on top of the files' bytes
@@ -229,14 +230,14 @@ class Sync:
         self.workspace, self.settings, self.log = workspace, settings, log
         self.last = time.monotonic()
 
-    def due(self, container: Any, spec: Any) -> None:
+    def due(self, container: Any) -> None:
         every = self.settings.sync_seconds
         if every and time.monotonic() - self.last > every:
-            self.now(container, spec)
+            self.now(container)
 
-    def now(self, container: Any, spec: Any, quiet: bool = True) -> str:
+    def now(self, container: Any, quiet: bool = True) -> str:
         """Copy back now if this session copies back; returns what was said ("" when it does not)."""
-        if container is None or spec is None or not spec.archive or self.settings.workspace_mode != "rw":
+        if container is None or not copies_back(self.settings):
             return ""
         self.last = time.monotonic()
         try:

@@ -20,7 +20,7 @@ from sandshell.tui.buffer import UIBuffer
 def live_app(settings: Settings, goal: str | None = None, control: Control | None = None) -> SandshellApp:
     """The app for a live session (the same factory serves the CLI and the tests)."""
     from sandshell.runner import open_session
-    from sandshell.sandbox.engine import archive_transfer
+    from sandshell.sandbox.engine import copies_back
 
     def runner(buffer: UIBuffer, control: Control) -> None:
         def say(message: str) -> None:
@@ -29,7 +29,7 @@ def live_app(settings: Settings, goal: str | None = None, control: Control | Non
         try:
             with open_session(settings, [buffer], control, goal=goal, log=say) as parts:
                 app.recording = parts.recorder.folder
-                if settings.workspace_mode == "rw" and archive_transfer(settings):
+                if copies_back(settings):
                     app.sync_workspace = parts.sandbox.sync_workspace
                     app.call_from_thread(app.refresh_bindings)
                 say(f"recording to {parts.recorder.folder}")
