@@ -11,8 +11,8 @@ import socket
 import subprocess
 
 from . import files, procs
+from .wrapper import STATUS_FD, functions, run_line
 
-STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command; hidden from commands
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
 
 NONINTERACTIVE_ENV = {
@@ -80,6 +80,7 @@ class Shell:
         self.stderr_r = -1
         self._status_buf = bytearray()
         self.nonce = b""  # what the running command's status record starts with
+        self.run_line = b""  # the line bash reads for each command (see wrapper.run_line)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
@@ -110,16 +111,10 @@ class Shell:
         self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
         self._status_buf.clear()
-        st = shlex.quote(self.state_dir)
         prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&-", "set +o history", EDITOR_STUBS]
-        # The state is saved after every command and whenever the shell ends (`exit`, `exec`, a
-        # timeout's TERM), so a replacement starts where this one stopped, mid-command included.
-        prelude.append(
-            f"__ss_save() {{ export -p > {st}/exports.sh; declare -f > {st}/functions.sh; "
-            f'printf %s "$PWD" > {st}/cwd; }} 2>/dev/null'
-        )
-        # TERM ends the whole command line (a loop, the statements after it), not just its children.
-        prelude.append("trap __ss_save EXIT; trap '__ss_save; exit 143' TERM")
+        tag = secrets.token_hex(4)
+        prelude += functions(self.state_dir, tag)
+        self.run_line = run_line(tag)
         if restore:
             for name in ("exports.sh", "functions.sh"):
                 path = os.path.join(self.state_dir, name)
@@ -188,21 +183,31 @@ class Shell:
 
         It travels on bash's own input right after the line that reads it, so no file holds it
         (nothing for a command to swap for a link or a FIFO). Its status record starts with a
-        nonce made for this command and written into the line bash has already read: a record a
-        command writes into the status channel itself is not taken for the real one.
+        nonce made for this command, sent ahead of it on that input: a record a command writes
+        into the status channel itself is not taken for the real one. The line is always the same
+        and holds no secret (`set -v` echoes it, `set -x` and a DEBUG trap see it).
         """
         self.nonce = secrets.token_hex(16).encode()
-        # Defining a function parses the whole command without running any of it, so a syntax
-        # error (an unterminated quote or heredoc) is reported at once and nothing half-runs.
-        line = (
-            "IFS= read -r -d '' __ss_cmd; "
-            'if eval "__ss_syntax() {\n:\n$__ss_cmd\n}" </dev/null; then unset -f __ss_syntax; '
-            f'eval "$__ss_cmd" </dev/null {STATUS_FD}>&-; __ss_rc=$?; __ss_how=ran; '
-            "else __ss_rc=2; __ss_how=syntax; fi; "
-            "__ss_save; "
-            f'printf \'%s\\0%s\\0%s\\0%s\\0\' {self.nonce.decode()} "$__ss_rc" "$PWD" "$__ss_how" >&{STATUS_FD}\n'
-        )
-        self._send(line.encode() + command + b"\0")
+        self._send(self.run_line + self.nonce + command + b"\0")
+
+    def _checked_cwd(self, said: str) -> str:
+        """The cwd bash reported if it is where bash really is (`PWD=/x` or a hook of the model's
+        cannot move the prompt), else the kernel's path for it."""
+        real = f"/proc/{self.pid}/cwd"
+        try:
+            here = os.stat(real)
+        except OSError:  # bash is gone
+            return said
+        try:
+            there = os.stat(said) if said.startswith("/") else None
+        except OSError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
+            return said
+        try:
+            return os.readlink(real)
+        except OSError:
+            return said
 
     def _send(self, text: str | bytes) -> None:
         self.unsent += text.encode() if isinstance(text, str) else text
@@ -240,7 +245,7 @@ class Shell:
         _, rc_raw, cwd_raw, how = parts[:4]
         self._status_buf.clear()
         self.nonce = b""
-        self.cwd = cwd_raw.decode(errors="replace")
+        self.cwd = self._checked_cwd(cwd_raw.decode(errors="replace"))
         try:
             return int(rc_raw), self.cwd, how == b"syntax"
         except ValueError:

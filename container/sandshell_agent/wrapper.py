@@ -1,0 +1,58 @@
+"""The few bash functions around each command: read it, check its syntax, run it, report it.
+
+The model owns the shell they run in, so they are written against what its commands may leave
+there: functions named like builtins (`read`, `printf`, `eval`: every builtin is called through
+`builtin`, and the wrapper's own functions are read-only), aliases (the one line bash reads per
+command quotes its words), `set -e`, `-u`, `-x`, `-v`, `noclobber` (options are local to the
+functions, files are written with `>|`), and readonly or integer variables in the way (the
+variables' names are made anew for each shell). The line bash reads per command is always the
+same and holds no secret: the status record's nonce comes with the command, on bash's input.
+
+What they cannot stop is code the model asks the shell itself to run around every command (a
+DEBUG trap with `extdebug`, a function named `builtin`): such a hook runs as the shell and may
+report what it likes. It is the model's own doing, shown in the recording where it was set; the
+agent still checks the reported working directory against the kernel's (`Shell.read_status`).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
+NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
+
+
+def functions(state_dir: str, tag: str) -> list[str]:
+    """The wrapper's definitions for a new shell; `tag` makes its variables' names unguessable."""
+    st = shlex.quote(state_dir)
+    c, n, h = f"__ss_c_{tag}", f"__ss_n_{tag}", f"__ss_h_{tag}"
+    return [
+        # The state a replacement shell starts from: written after every command and when the shell ends.
+        f"__ss_save() {{ builtin export -p >| {st}/exports.sh; builtin declare -f >| {st}/functions.sh;"
+        f' builtin printf %s "$PWD" >| {st}/cwd; }} 2>/dev/null',
+        # Read "nonce command NUL"; defining a function parses the whole command without running any
+        # of it, so a syntax error (an unterminated quote or heredoc) is reported and nothing half-runs.
+        f"__ss_in() {{ builtin local -; builtin set +xveu; {h}=ran; IFS= builtin read -r -d '' {c} || return 2;"
+        f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
+        f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
+        f" then builtin unset -f __ss_syntax_{tag}; return 0; fi; {h}=syntax; return 2; }}",
+        f"__ss_out() {{ builtin local -; builtin set +xveu; __ss_save;"
+        f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "$1" "$PWD" "${h}" >&{STATUS_FD}; }}',
+        "builtin readonly -f __ss_save __ss_in __ss_out",
+        # TERM ends the whole command line (a loop, the statements after it), not just its children.
+        # EXIT first: a TERM trap set before it and reset later (`trap - TERM`) would leave bash dying
+        # of TERM without running its EXIT trap, and the state of the command at hand would be lost.
+        "builtin trap '\\__ss_save' EXIT; builtin trap '\\__ss_save; builtin exit 143' TERM",
+    ]
+
+
+def run_line(tag: str) -> bytes:
+    """The line bash reads for every command; the nonce and the command follow it on its input.
+    The wrapper's insides do not show in `set -x` output (options are local to its functions; a
+    syntax error goes to fd 3, the real stderr); the command runs at top level, so `declare` and
+    `local` mean what they mean at a prompt. (No `{ ...; }` around `__ss_in`: after a syntax error
+    in its `eval`, bash 5.2 then fails to parse the next line.)"""
+    return (
+        f'\\__ss_in 3>&2 2>/dev/null && \\builtin eval "$__ss_c_{tag}" </dev/null {STATUS_FD}>&-;'
+        f" {{ \\__ss_out $?; }} 2>/dev/null\n"
+    ).encode()

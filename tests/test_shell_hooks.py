@@ -1,0 +1,93 @@
+"""The model owns its shell: what it leaves there (functions named like builtins, aliases, options,
+traps, readonly variables, a lying PWD) must not forge a later command's status, swallow it, leak
+the wrapper into its output or lose the state a replacement shell starts from.
+
+Each test gets a sandbox of its own: what they plant outlives a replaced shell (functions do)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandshell.sandbox.sandbox import Sandbox
+
+from .conftest import _base_settings
+
+
+@pytest.fixture
+def box(workspace: Path) -> Iterator[Sandbox]:
+    with Sandbox(workspace=workspace, settings=_base_settings(exit_timeout=3.0, kill_grace=0.5)) as sb:
+        yield sb
+
+
+def _still_honest(sb: Sandbox) -> None:
+    r = sb.execute("cd /app; false")
+    assert r.return_code == 1 and r.cwd == "/app" and not r.timed_out, r
+    r = sb.execute("cd /usr; echo moved")
+    assert r.output == "moved\n" and r.return_code == 0 and r.cwd == "/usr", r
+    r = sb.execute("sh -c 'exit 7'")
+    assert r.return_code == 7 and r.cwd == "/usr", r
+
+
+def test_functions_named_like_the_builtins_the_wrapper_uses_change_nothing(box: Sandbox) -> None:
+    plant = (
+        "printf() { command printf '%s\\0%s\\0%s\\0%s\\0' \"$2\" 0 /forged ran; }; "
+        "read() { :; }; eval() { :; }; unset() { :; }; local() { :; }; set() { :; }; "
+        "return() { :; }; trap() { :; }; readonly() { :; }; exit() { :; }"
+    )
+    assert box.execute(plant).return_code == 0
+    _still_honest(box)
+    r = box.execute("kill -9 $$")  # the replacement starts where this one was, with the same functions
+    assert r.restarted and r.cwd == "/usr", r
+    _still_honest(box)
+    assert box.execute("type -t read").output == "function\n"  # the model's functions are still its own
+
+
+def test_aliases_options_and_error_traps_change_nothing(box: Sandbox) -> None:
+    plant = (
+        "shopt -s expand_aliases; alias eval='echo hijacked;' builtin='echo hijacked;' "
+        "__ss_in='echo hijacked;' __ss_out='echo hijacked;'; set -u -o noclobber -o pipefail; "
+        "trap 'echo error-trap >&2' ERR"
+    )
+    assert box.execute(plant).return_code == 0
+    _still_honest(box)
+    r = box.execute("cd /etc && export KEPT=yes && exit 3")  # noclobber: the state is still saved
+    assert r.restarted and r.cwd == "/etc", r
+    assert box.execute("echo $KEPT").output == "yes\n"
+
+
+def test_set_x_and_set_v_show_the_command_never_the_wrapper_or_its_nonce(box: Sandbox) -> None:
+    box.execute("set -xv")
+    r = box.execute("echo traced")
+    box.execute("set +xv")
+    assert "echo traced" in r.output and "traced\n" in r.output, r
+    assert "__ss_save" not in r.output and "printf" not in r.output, r
+    assert not re.search(r"[0-9a-f]{32}", r.output), r  # the status record's nonce never shows
+
+
+def test_the_wrappers_own_names_made_readonly_cost_one_command_at_most(box: Sandbox) -> None:
+    """A process that reads the wrapper's variable names from its functions and makes them
+    readonly (or integers) breaks the command at hand at worst: a timeout, a new shell, and the
+    next command is honest again."""
+    plant = (
+        "for v in $(declare -f __ss_in __ss_out | grep -o '__ss_[a-z]_[0-9a-z]*' | sort -u); do "
+        'declare -gix "$v"; readonly "$v"; done; echo planted'
+    )
+    r = box.execute(plant)
+    assert r.output == "planted\n", r
+    first = box.execute("echo one", timeout=3)
+    if not first.restarted:
+        assert first.output == "one\n" and first.return_code == 0, first
+    _still_honest(box)
+
+
+def test_a_lying_pwd_does_not_move_the_prompt(box: Sandbox) -> None:
+    r = box.execute("PWD=/forged")
+    assert r.cwd == "/app", r
+    r = box.execute("cd /var/run && PWD=/etc")  # a real folder, not where the shell is
+    assert r.cwd == "/run", r
+    r = box.execute("cd /var/run")  # a link is kept as the shell names it
+    assert r.cwd == "/var/run", r
