@@ -9,6 +9,7 @@ Prints a Markdown table (paste into docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -62,6 +63,49 @@ def bash_pipe_round_trips(sb: Sandbox, runs: int) -> list[float]:
     proc.stdin.close()
     proc.wait()
     return times
+
+
+INSIDE = r"""
+import json, os, subprocess, sys, time
+from sandshell_agent import PROTOCOL_VERSION
+env = dict(os.environ, SANDSHELL_STATE_DIR="/run/sandshell-agent/bench", SANDSHELL_WORKDIR="/tmp")
+p = subprocess.Popen([sys.executable, "-m", "sandshell_agent", "--stdio"], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0)
+buf = b""
+def frame(kind):
+    global buf
+    while True:
+        nl = buf.find(b"\n")
+        if nl < 0:
+            buf += os.read(p.stdout.fileno(), 65536)
+            continue
+        f, buf = json.loads(buf[:nl]), buf[nl + 1:]
+        if f.get("type") == kind:
+            return f
+p.stdin.write(json.dumps({"type": "hello", "version": PROTOCOL_VERSION}).encode() + b"\n")
+frame("hello")
+trips, shell = [], []
+for i in range(int(sys.argv[1]) + 5):
+    t = time.perf_counter()
+    p.stdin.write(json.dumps({"type": "run", "id": str(i), "command": "true", "timeout": 10}).encode() + b"\n")
+    f = frame("exit")
+    trips.append(time.perf_counter() - t)
+    shell.append(f["duration"])
+print(json.dumps({"trip": sorted(trips[5:])[len(trips[5:]) // 2], "shell": sorted(shell[5:])[len(shell[5:]) // 2]}))
+p.stdin.close()
+p.wait()
+"""
+
+
+def inside_round_trips(sb: Sandbox, runs: int) -> tuple[float, float]:
+    """Where the time goes: a second agent started inside the same container on plain pipes, asked
+    the same (no engine, no host library); its own `duration` is the shell's part."""
+    out = subprocess.run(["docker", "exec", "-i", sb.container.id, "python3", "-", str(runs)], input=INSIDE.encode(),
+                         capture_output=True)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"the in-container agent failed: {out.stderr.decode()[-2000:]}")
+    got = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return got["trip"], got["shell"]
 
 
 def first_byte(sb: Sandbox, rounds: int = 10) -> list[float]:
@@ -146,6 +190,7 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         agent, cli = round_trips(sb, args.runs)
         pipe = bash_pipe_round_trips(sb, args.runs)
+        inside, shell = inside_round_trips(sb, args.runs)
         first = first_byte(sb)
         a_mbs, c_mbs = throughput(sb, args.mb)
         rss0, rss1, secs = peak_rss(sb, args.gb)
@@ -160,6 +205,9 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
     p_med = statistics.median(pipe)
     print(f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
           f"| {p_med * ms:.2f} ms | {a_med / p_med:.1f}x slower |")  # fmt: skip
+    print(f"| of which inside the container: agent + bash on plain pipes (median) | {inside * ms:.2f} ms "
+          f"| | bash's part {shell * ms:.2f} ms; the engine's hop and the host library "
+          f"{(a_med - inside) * ms:.2f} ms |")  # fmt: skip
     print(f"| first byte of `echo hi; sleep 0.3; echo bye` (median, worst of {len(first)}) "
           f"| {statistics.median(first) * ms:.1f} ms, {max(first) * ms:.1f} ms | | |")  # fmt: skip
     print(
