@@ -113,7 +113,7 @@ class Sandbox:
 
     def _remove_container(self) -> None:
         if self.container is not None:
-            self._sync.now(self.container, quiet=False)  # a dead container still gives its /app
+            self._sync.now(self.container, quiet=False, full=True)  # a dead container still gives its /app
             remove_container(self._docker, self.container, self._spec)
             self.container = None
         if self._spec is not None:

@@ -26,7 +26,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
-from sandshell.sandbox import untar
+from sandshell.sandbox import delta, untar
 from sandshell.sandbox.engine import copies_back
 from sandshell.sandbox.untar import Pulled, one_line
 
@@ -75,9 +75,9 @@ def pull(container: Any, workspace: Path, limit: int) -> Pulled:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _fetch(container: Any, out: IO[bytes], limit: int) -> None:
+def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> None:
     try:
-        stream, _stat = container.get_archive("/app", chunk_size=CHUNK)
+        stream, _stat = container.get_archive(path, chunk_size=CHUNK)
         size = 0
         for chunk in stream:
             size += len(chunk)
@@ -144,22 +144,30 @@ def fill_volume(client: Any, image: str, volume: str, data: IO[bytes], labels: d
 
 class Sync:
     """When /app comes back (archive transfer in rw mode): at the end, when asked, and after an action
-    once SANDSHELL_SYNC_SECONDS have passed since the last copy."""
+    once SANDSHELL_SYNC_SECONDS have passed since the last copy. The end copies everything; the
+    others copy only what changed when they can (delta.py), everything otherwise."""
 
     def __init__(self, workspace: Path, settings: Settings, log: Callable[[str], None]) -> None:
         self.workspace, self.settings, self.log = workspace, settings, log
         self.last = time.monotonic()
+        self.listing: dict[str, str] | None = None  # /app as listed before the last copy, if nothing was refused
 
     def due(self, container: Any) -> None:
         every = self.settings.sync_seconds
         if every and time.monotonic() - self.last > every:
             self.now(container)
 
-    def now(self, container: Any, quiet: bool = True) -> str:
+    def now(self, container: Any, quiet: bool = True, full: bool = False) -> str:
         """Copy back now if this session copies back; returns what was said ("" when it does not)."""
         if container is None or not copies_back(self.settings):
             return ""
         self.last = time.monotonic()
+        if not full and self.listing is not None and (said := self._changes(container)):
+            if not quiet:
+                self.log(said)
+            return said
+        listing = None if full else delta.listing(container)  # before the archive: later changes show next time
+        self.listing = None
         try:
             got = pull(container, self.workspace, self.settings.workspace_limit)
         except (SandboxError, OSError) as e:
@@ -169,9 +177,27 @@ class Sync:
             why = one_line(f"{type(e).__name__}: {str(e)[:200]}")
             self.log(said := f"/app was not copied back ({why}); the workspace may be partly updated")
             return said
+        self.listing = listing if not got.refused_count else None
         said = f"/app copied back to {self.workspace}: {got.files} files, {got.size} bytes"
         if got.refused_count:
             said += f"; {got.refused_count} refused ({', '.join(sorted(got.why))}): {', '.join(got.refused)}"
         if got.refused or not quiet:
             self.log(said)
         return said
+
+    def _changes(self, container: Any) -> str:
+        """Copy only what changed since the last copy; "" when everything must be copied instead."""
+        before, now = self.listing, delta.listing(container)
+        if before is None or now is None:
+            return ""
+        try:
+            files, size, removed = delta.apply(
+                container, self.workspace, before, now, self.settings.workspace_limit, _fetch
+            )
+        except (delta.Fallback, untar.Refused, SandboxError, OSError, tarfile.TarError):
+            return ""  # the full copy follows, and it is the truth
+        self.listing = now
+        return (
+            f"/app copied back to {self.workspace}: {files} changed files, {size} bytes, {removed} removed "
+            "(only what changed since the last copy)"
+        )
