@@ -8,6 +8,7 @@ an `ssh` first on PATH adds `-F` with a config in tmp_path (docker-py and sandsh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -126,7 +127,12 @@ def test_a_whole_session_runs_over_ssh_and_its_workspace_comes_back(
 
 
 def _our_ssh() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "dial-stdio" in " ".join(p.cmdline())]
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # one may end (a zombie until reaped) while we look
+            if p.status() != psutil.STATUS_ZOMBIE and "dial-stdio" in " ".join(p.cmdline()):
+                found.append(p)
+    return found
     time.sleep(0.5)
 
 
@@ -148,3 +154,18 @@ def test_a_wrong_ssh_address_is_one_sentence(sshd: Sshd, monkeypatch: pytest.Mon
     ):
         with pytest.raises(DockerUnavailable, match=said):
             engine.client(_base_settings(docker_host=url))
+
+
+def test_the_image_for_a_remote_engine_is_built_on_the_users_own_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DOCKER_HOST first (here a dead socket: passed over), then the docker context, the default
+    socket; never the remote engine itself; when none answers, one sentence naming what was tried."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no context of the user's: the default one
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    local = engine.local_client(_base_settings(docker_host="ssh://nobody@192.0.2.1"))
+    assert local.api.base_url == "http+docker://localhost" and local.ping()
+    local.close()
+    with pytest.raises(DockerUnavailable, match=rf"no other Docker engine answers here \(tried unix://{tmp_path}/dead"):
+        engine.local_client(_base_settings(docker_host="unix:///var/run/docker.sock"))

@@ -90,7 +90,7 @@ def _connect(kwargs: dict[str, Any], timeout: int = 60) -> docker.DockerClient:
 def local_client(remote: Settings) -> docker.DockerClient:
     """Another engine to build the image on for a remote one: the user's own (DOCKER_HOST, else the
     docker context in use, else the default socket or a rootless one). DockerUnavailable if none answers."""
-    far = remote.docker_host or os.environ.get("DOCKER_HOST", "")
+    far = (remote.docker_host or os.environ.get("DOCKER_HOST", "")).removeprefix("http+")
     candidates: list[dict[str, Any]] = []
     if remote.docker_host and os.environ.get("DOCKER_HOST"):
         candidates.append(_kwargs(None))  # SANDSHELL_DOCKER_HOST points elsewhere than the user's engine
@@ -103,7 +103,7 @@ def local_client(remote: Settings) -> docker.DockerClient:
         candidates.append({"base_url": f"unix://{os.environ['XDG_RUNTIME_DIR']}/docker.sock"})
     tried: list[str] = []
     for kwargs in candidates:
-        url = str(kwargs["base_url"])
+        url = str(kwargs["base_url"]).removeprefix("http+")  # docker-py's default socket is http+unix://
         if url in tried or url == far:
             continue
         tried.append(url)
