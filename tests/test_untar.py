@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sandshell.sandbox import untar
+from sandshell.sandbox import links, untar
 
 COMPONENT = "d" * 247
 STEPS = "abcdefghijklmnop"  # 16 links to folders of 247 characters: realpath passes PATH_MAX
@@ -159,3 +159,21 @@ def test_modes_owner_and_times_are_set_on_what_is_written(dest: Path) -> None:
     st = (dest / "tool").stat()
     assert (st.st_mode & 0o7777, st.st_mtime) == (0o755, 1_234_567)
     assert pulled.files == 1 and pulled.size == 2
+
+
+def test_checking_links_is_bounded(dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Links in long chains (each check follows up to 40): past a budget of folders opened, the
+    links not yet found inside are dropped, and the copy ends (before: no bound but realpath's)."""
+    monkeypatch.setattr(links, "CHECK_BUDGET", 2000)
+
+    def build(tar: tarfile.TarFile) -> None:
+        _add(tar, "l0", tarfile.SYMTYPE, ".")
+        for i in range(1, 200):
+            _add(tar, f"l{i}", tarfile.SYMTYPE, f"l{i - 1}/" * 2)
+        _add(tar, "file", data=b"kept\n")
+
+    with _archive(build) as f:
+        pulled = untar.unpack(f, dest)
+    assert "too many links to check" in pulled.why and (dest / "file").read_text() == "kept\n"
+    assert {p.name for p in dest.iterdir() if p.is_symlink()} <= {f"l{i}" for i in range(5)}  # l5 on: > 40 links
+    _outside_untouched(dest)

@@ -27,7 +27,7 @@ from typing import IO, Any
 import docker.errors
 import requests.exceptions
 
-from sandshell.sandbox import untar
+from sandshell.sandbox import dirfd, untar
 
 LIST = ["find", "/app", "-mindepth", "1", "-printf", "%y %m %n %s %C@ %i %P\\0"]
 MAX_LISTING = 64 << 20  # bytes of listing read at most
@@ -60,7 +60,7 @@ def listing(container: Any) -> dict[str, str] | None:
             return None
         path = os.fsdecode(fields[6])
         try:
-            untar._parts(path)  # a name out of /app, or deeper than a copy takes: no listing
+            dirfd.parts(path)  # a name out of /app, or deeper than a copy takes: no listing
         except untar.Refused:
             return None
         entries[path] = b" ".join(fields[:6]).decode("ascii", "replace")
@@ -110,7 +110,7 @@ def _field(line: str, n: int) -> str:
 
 def _parts(path: str) -> list[str]:
     try:
-        return untar._parts(path)
+        return dirfd.parts(path)
     except untar.Refused:
         raise Fallback(f"an odd name in the listing: {untar.one_line(path[:100])}") from None
 

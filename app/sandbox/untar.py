@@ -19,15 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from sandshell.sandbox import dirfd
+from sandshell.sandbox.dirfd import DIR_FLAGS, OUT, Refused, open_dir
+from sandshell.sandbox.links import Links
+
+__all__ = ["DIR_FLAGS", "MAX_ENTRIES", "Pulled", "Refused", "TooMany", "Tree", "one_line", "unpack"]
+
 MAX_ENTRIES = 1_000_000  # empty files cost no bytes on disk: ~0.5 ms and (held) ~700 bytes each to unpack
-MAX_DEPTH = 200  # folders in folders: deeper ones are refused (Python's recursion limit is 1000)
-MAX_HOPS = 40  # links followed while checking where one leads (the kernel's own limit)
-OUT = "links out of it, devices"
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class Refused(Exception):
-    """One member is not unpacked; the reason is said in the summary."""
 
 
 class TooMany(Exception):
@@ -56,15 +54,6 @@ def one_line(text: str) -> str:
     return text.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
-def _parts(name: str) -> list[str]:
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise Refused(OUT)
-    if len(parts) > MAX_DEPTH:
-        raise Refused("too deep")
-    return parts
-
-
 class Tree:
     """A folder written only through descriptors; `owner` (uid, gid) is given to what is made."""
 
@@ -80,27 +69,9 @@ class Tree:
             self._cached = None
         os.close(self.root)
 
-    def open_dir(self, parts: list[str] | tuple[str, ...], create: bool = False) -> int:
-        """A new descriptor of the folder at `parts`, never through a link (Refused if one is in the way)."""
-        fd = os.dup(self.root)
-        try:
-            for part in parts:
-                try:
-                    nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        raise
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                    nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
-                    self._own(nxt)
-                except OSError:
-                    raise Refused(OUT) from None  # ELOOP (a link) or ENOTDIR (a file) in the way
-                os.close(fd)
-                fd = nxt
-            return fd
-        except BaseException:
-            os.close(fd)
-            raise
+    def open_dir(self, names: list[str] | tuple[str, ...], create: bool = False) -> int:
+        """A new descriptor of the folder at `names`, never through a link (dirfd.open_dir)."""
+        return open_dir(self.root, names, create, self.owner)
 
     def _parent(self, parts: list[str]) -> int:
         """The (cached) descriptor of the folder holding `parts[-1]`, made if missing."""
@@ -132,7 +103,7 @@ class Tree:
 
     def add(self, member: tarfile.TarInfo, data: IO[bytes] | None, name: str) -> None:
         """Write one member named `name` (relative); Refused when it may not be."""
-        parts = _parts(name)
+        parts = dirfd.parts(name)
         if member.isreg():
             self._file(parts, member, data)
         elif member.isdir():
@@ -185,7 +156,7 @@ class Tree:
         members, not find a refused one under its stripped name and raise KeyError)."""
         if target not in self.files:
             raise Refused(OUT)
-        source = _parts(target)
+        source = dirfd.parts(target)
         src = self.open_dir(source[:-1])
         try:
             if not stat.S_ISREG(os.lstat(source[-1], dir_fd=src).st_mode):
@@ -195,80 +166,6 @@ class Tree:
             os.link(source[-1], parts[-1], src_dir_fd=src, dst_dir_fd=parent, follow_symlinks=False)
         finally:
             os.close(src)
-
-    # -- links that lead out -------------------------------------------------------------------
-    def leads_inside(self, folder: list[str], target: str) -> bool:
-        """Whether the link in `folder` to `target` ends inside the tree, followed through the tree
-        itself (links in the way included, at most MAX_HOPS). Going above the top at any point, an
-        absolute target, or too many links: out."""
-        where: list[str] = list(folder)
-        todo = target.split("/")[::-1]
-        hops = 0
-        while todo:
-            part = todo.pop()
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not where:
-                    return False
-                where.pop()
-                continue
-            link = self._read_link(where, part)
-            if link is None:
-                where.append(part)  # a folder, a file or nothing: further parts are taken as written
-                if len(where) > 2 * MAX_DEPTH:
-                    return False
-                continue
-            hops += 1
-            if hops > MAX_HOPS or link.startswith("/") or not link:
-                return False
-            todo.extend(link.split("/")[::-1])
-        return True
-
-    def _read_link(self, folder: list[str], name: str) -> str | None:
-        try:
-            fd = self.open_dir(folder)
-        except (Refused, OSError):
-            return None  # not a real folder: the kernel would not get further either
-        try:
-            if stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode):
-                return os.readlink(name, dir_fd=fd)
-            return None
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-
-    def drop_links_out(self, pulled: Pulled) -> None:
-        """Remove the links that lead out of the finished tree, until none does (a link removed can
-        change where another one leads). Links can lead out only together (`a -> b/..`, `b -> .`);
-        the mirror makes the workspace hold exactly this tree, so inside here is inside there."""
-        links: list[tuple[list[str], str]] = []
-        folders: list[list[str]] = [[]]
-        while folders:  # no recursion, never into a link
-            folder = folders.pop()
-            fd = self.open_dir(folder)
-            try:
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        if entry.is_symlink():
-                            links.append((folder, entry.name))
-                        elif entry.is_dir(follow_symlinks=False):
-                            folders.append([*folder, entry.name])
-            finally:
-                os.close(fd)
-        while links:
-            out = [(f, n) for f, n in links if not self.leads_inside(f, self._read_link(f, n) or "/")]
-            if not out:
-                return
-            for folder, name in out:  # after checking all: one removed first changes where others lead
-                fd = self.open_dir(folder)
-                try:
-                    os.unlink(name, dir_fd=fd)
-                finally:
-                    os.close(fd)
-                pulled.refuse("/".join([*folder, name]), OUT)
-            links = [link for link in links if link not in out]
 
 
 def unpack(tar_file: IO[bytes], staging: Path, owner: tuple[int, int] | None = None) -> Pulled:
@@ -292,7 +189,7 @@ def unpack(tar_file: IO[bytes], staging: Path, owner: tuple[int, int] | None = N
                     except Refused as e:
                         pulled.refuse(name, str(e))
                 tar.members.clear()  # type: ignore[attr-defined]  # else every member read is kept (~700 bytes)
-        tree.drop_links_out(pulled)
+        Links(tree.root).drop_out(pulled.refuse)
     finally:
         tree.close()
     return pulled
