@@ -8,12 +8,13 @@ changes would go; the worst a lie may do is make the full copy run.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from sandshell.config import Settings
-from sandshell.sandbox import transfer
+from sandshell.sandbox import delta, transfer
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
@@ -103,6 +104,21 @@ def test_a_lying_listing_only_makes_the_full_copy_run(archive: Settings, workspa
         assert ONLY not in said and "1 refused" in said, said
         assert not (workspace / "x").is_symlink() and not (workspace / "x").exists()
     assert (workspace.parent / "secret").read_text() == "outside\n"
+
+
+def test_a_find_that_never_ends_holds_the_copy_only_briefly(
+    archive: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(delta, "LIST_SECONDS", 2)
+    with Sandbox(workspace=workspace, settings=archive) as sb:
+        sb.sync_workspace()
+        r = sb.execute("printf '#!/bin/sh\\nexec sleep 600\\n' > /usr/local/bin/find; chmod 755 /usr/local/bin/find")
+        assert r.return_code == 0, r
+        sb.execute("echo x > /app/x")
+        start = time.monotonic()
+        said = sb.sync_workspace()  # the listing gives up at 2 s, the whole copy follows
+        assert ONLY not in said and (workspace / "x").read_text() == "x\n", said
+        assert time.monotonic() - start < 2 + 10
 
 
 def test_a_link_in_the_workspace_is_never_written_through(archive: Settings, workspace: Path) -> None:

@@ -15,11 +15,13 @@ a link, FIFO or hard link among the changes, more than MAX_CHANGED files, anythi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +35,7 @@ LIST = ["find", "/app", "-mindepth", "1", "-printf", "%y %m %n %s %C@ %i %P\\0"]
 MAX_LISTING = 64 << 20  # bytes of listing read at most
 MAX_KEPT = 400_000  # entries: a bigger /app is copied whole each time (~250 bytes kept an entry)
 MAX_CHANGED = 256  # files fetched one by one; more, and one archive of everything is as quick
+LIST_SECONDS = 20  # the listing takes ~0.1 s for 20,000 entries
 
 
 class Fallback(Exception):
@@ -44,12 +47,8 @@ def listing(container: Any) -> dict[str, str] | None:
     api = container.client.api
     try:
         ex = api.exec_create(container.id, LIST, stdout=True, stderr=False)
-        out = bytearray()
-        for chunk in api.exec_start(ex["Id"], stream=True):
-            out += chunk
-            if len(out) > MAX_LISTING:
-                return None
-        if api.exec_inspect(ex["Id"]).get("ExitCode") != 0:  # e.g. a folder it could not read
+        out = _read(api.exec_start(ex["Id"], socket=True), time.monotonic() + LIST_SECONDS)
+        if out is None or api.exec_inspect(ex["Id"]).get("ExitCode") != 0:  # e.g. a folder it could not read
             return None
     except (docker.errors.APIError, requests.exceptions.RequestException, OSError):
         return None  # a stopped container, an engine that went away: the full copy says why
@@ -65,6 +64,35 @@ def listing(container: Any) -> dict[str, str] | None:
             return None
         entries[path] = b" ".join(fields[:6]).decode("ascii", "replace")
     return entries
+
+
+def _read(attached: Any, deadline: float) -> bytes | None:
+    """The exec's stdout (frames: 8-byte header, stream 1), or None past the deadline or MAX_LISTING:
+    a `find` of the model's that never ends must not hold the copy (and the lock) for long."""
+    sock = getattr(attached, "_sock", attached)  # SocketIO on a unix engine, an SSL socket on TLS
+    raw = bytearray()
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or len(raw) > MAX_LISTING:
+                return None
+            sock.settimeout(left)
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            raw += chunk
+    except (TimeoutError, OSError):
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            attached.close()
+    out, pos = bytearray(), 0
+    while len(raw) - pos >= 8:
+        size = int.from_bytes(raw[pos + 4 : pos + 8], "big")
+        if raw[pos] == 1:
+            out += raw[pos + 8 : pos + 8 + size]
+        pos += 8 + size
+    return bytes(out)
 
 
 Fetch = Callable[[Any, IO[bytes], int, str], None]
