@@ -40,8 +40,7 @@ class Sandbox:
 
         self.settings = settings or config.load()
         self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
-        self.session_id = session_id or new_session_id()
-        self.log = log
+        self.session_id, self.log = session_id or new_session_id(), log
         self.container: Any = None
         self.conn: Connection | None = None
         self.hello: dict[str, Any] = {}
@@ -80,6 +79,7 @@ class Sandbox:
         else:
             self.conn = Connection(self._spec.address(self.container), self._spec.token)
         self._connect(resume=None, wait=15.0)
+        self._sync.begin(self.container)  # /app as it came in, before the model touches it
 
     def _connect(self, resume: dict[str, Any] | None, wait: float) -> None:
         assert self.conn is not None and self._spec is not None

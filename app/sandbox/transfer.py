@@ -145,12 +145,18 @@ def fill_volume(client: Any, image: str, volume: str, data: IO[bytes], labels: d
 class Sync:
     """When /app comes back (archive transfer in rw mode): at the end, when asked, and after an action
     once SANDSHELL_SYNC_SECONDS have passed since the last copy. The end copies everything; the
-    others copy only what changed when they can (delta.py), everything otherwise."""
+    others copy only what changed since the last copy or the start when they can (delta.py),
+    everything otherwise."""
 
     def __init__(self, workspace: Path, settings: Settings, log: Callable[[str], None]) -> None:
         self.workspace, self.settings, self.log = workspace, settings, log
         self.last = time.monotonic()
         self.listing: dict[str, str] | None = None  # /app as listed before the last copy, if nothing was refused
+
+    def begin(self, container: Any) -> None:
+        """A new container holds the workspace as it is here: its listing is the first to compare
+        with, so even the first copy back is only what changed."""
+        self.listing = delta.listing(container) if copies_back(self.settings) else None
 
     def due(self, container: Any) -> None:
         every = self.settings.sync_seconds
