@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -25,77 +23,30 @@ from sandshell.config import Settings
 from sandshell.errors import DockerUnavailable
 from sandshell.sandbox import engine, sshengine
 from sandshell.sandbox.sandbox import Sandbox
+from tests import engines
 from tests.conftest import _base_settings
 from tests.net import free_port
 
 pytestmark = pytest.mark.timeout(600)
-SSHD = "/usr/sbin/sshd"
-
-
-@dataclass
-class Sshd:
-    url: str
-    folder: Path
-    port: int
-
-
-def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    assert os.path.exists(SSHD), "sshd is missing: ./test.sh installs openssh-server"
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[engines.Sshd]:
     home_ssh = Path.home() / ".ssh"
     had_home_ssh = home_ssh.exists()
-    d = tmp_path_factory.mktemp("sshd")
-    os.chmod(d, 0o700)
-    port = free_port()
-    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
-    _keygen(d / "host_key")
-    _keygen(d / "client_key")
-    _keygen(d / "stranger_key")  # a key the server does not know
-    shutil.copy(d / "client_key.pub", d / "authorized_keys")
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
-        f"PidFile {d}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        f"PermitRootLogin prohibit-password\nAllowUsers {user}\nStrictModes no\nSubsystem sftp none\n"
-    )
-    host_pub = (d / "host_key.pub").read_text().split()[:2]
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_pub)}\n")
-    for key in ("client_key", "stranger_key"):
-        (d / f"config-{key}").write_text(
-            f"Host 127.0.0.1\n  IdentityFile {d}/{key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
-            f"  UserKnownHostsFile {d}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n"
-        )
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation folder, as its service makes
-    log = d / "sshd.log"
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=open(log, "wb"))  # noqa: SIM115
-    try:
-        deadline = time.monotonic() + 20
-        while "Server listening" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, f"sshd did not start: {log.read_text()}"
-            time.sleep(0.1)
-        yield Sshd(f"ssh://{user}@127.0.0.1:{port}", d, port)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    assert not subprocess.run(["pgrep", "-f", f"sshd_config.*{d}"], capture_output=True).stdout
+    with engines.ssh_engine(tmp_path_factory.mktemp("sshd")) as e:
+        yield e
+    assert not subprocess.run(["pgrep", "-f", f"{e.folder}/sshd_config"], capture_output=True).stdout, "sshd runs on"
     assert home_ssh.exists() == had_home_ssh, "~/.ssh was written"
 
 
-def _use_key(sshd: Sshd, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _use_key(sshd: engines.Sshd, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ssh` on PATH becomes the real one reading our config only (not ~/.ssh/config)."""
-    shim = sshd.folder / f"bin-{key}"
-    shim.mkdir(exist_ok=True)
-    (shim / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {sshd.folder}/config-{key} "$@"\n')
-    (shim / "ssh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{sshd.shim(key)}:{os.environ['PATH']}")
 
 
 @pytest.fixture
-def over_ssh(sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def over_ssh(sshd: engines.Sshd, monkeypatch: pytest.MonkeyPatch) -> Settings:
     _use_key(sshd, "client_key", monkeypatch)
     return _base_settings(exit_timeout=5.0, docker_host=sshd.url)
 
@@ -136,14 +87,14 @@ def _our_ssh() -> list[psutil.Process]:
     time.sleep(0.5)
 
 
-def test_a_refused_key_is_one_sentence(sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_key_is_one_sentence(sshd: engines.Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
     _use_key(sshd, "stranger_key", monkeypatch)
     with pytest.raises(DockerUnavailable, match=r"cannot log in to ssh://.* over ssh \(.*Permission denied") as e:
         engine.client(_base_settings(docker_host=sshd.url))
     assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
 
 
-def test_a_wrong_ssh_address_is_one_sentence(sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_ssh_address_is_one_sentence(sshd: engines.Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
     _use_key(sshd, "client_key", monkeypatch)
     for url, said in (
         ("ssh://", "not a valid ssh URL"),
