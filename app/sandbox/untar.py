@@ -12,7 +12,9 @@ following the tree itself, at most 40 links deep, never by realpath). Refused: e
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
 import tarfile
 from dataclasses import dataclass, field
@@ -131,11 +133,12 @@ class Tree:
         fd = os.open(parts[-1], flags, 0o600, dir_fd=parent)
         try:
             if data is not None:
-                while chunk := data.read(1 << 20):
-                    os.write(fd, chunk)  # a regular file: whole writes
+                with open(fd, "wb", closefd=False) as out:  # buffered: a short write is retried
+                    shutil.copyfileobj(data, out, 1 << 20)
             os.fchmod(fd, mode | 0o600)
             self._own(fd)
-            os.utime(fd, (member.mtime, member.mtime))
+            with contextlib.suppress(OSError, OverflowError, ValueError):  # a time out of range: now
+                os.utime(fd, (member.mtime, member.mtime))
         finally:
             os.close(fd)
         self.files.add("/".join(parts))
