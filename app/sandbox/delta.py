@@ -117,14 +117,18 @@ def apply(
     st = workspace.stat()
     owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0) else None
     tree = untar.Tree(workspace, owner)
+    staging = Path(tempfile.mkdtemp(prefix=f".{workspace.name}.delta-", dir=workspace.parent))  # same filesystem
+    staged = untar.Tree(staging, owner)
     try:
         for path in sorted(gone, key=lambda p: -p.count("/")):
             _remove(tree, _parts(path))
         for path in sorted((p for p in changed if _kind(now[p]) == "d"), key=lambda p: p.count("/")):
             _folder(tree, _parts(path), int(_field(now[path], 1), 8))
-        size = sum(_file(container, tree, workspace, _parts(p), limit, fetch) for p in files)
+        size = sum(_file(container, tree, staged, _parts(p), limit, fetch) for p in files)
     finally:
+        staged.close()
         tree.close()
+        shutil.rmtree(staging, ignore_errors=True)
     return len(files), size, len(gone)
 
 
@@ -192,28 +196,20 @@ def _folder(tree: untar.Tree, parts: list[str], mode: int) -> None:
         os.close(parent)
 
 
-def _file(container: Any, tree: untar.Tree, workspace: Path, parts: list[str], limit: int, fetch: Fetch) -> int:
-    """Fetch one file into a staging folder beside the workspace, then rename it into place."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{workspace.name}.delta-", dir=workspace.parent))
-    try:
-        with tempfile.TemporaryFile() as tar_file:
-            fetch(container, tar_file, limit, "/app/" + "/".join(parts))
-            tar_file.seek(0)
-            with tarfile.open(fileobj=tar_file, mode="r:") as tar:
-                member = tar.next()
-                if member is None or not member.isreg() or member.name != parts[-1]:
-                    raise Fallback("the file changed into something else while it was copied")
-                staged = untar.Tree(staging, tree.owner)
-                try:
-                    staged.add(member, tar.extractfile(member), "new")
-                    parent = _parent(tree, parts)
-                    try:
-                        _clear(parent, parts[-1])
-                        os.rename("new", parts[-1], src_dir_fd=staged.root, dst_dir_fd=parent)
-                    finally:
-                        os.close(parent)
-                finally:
-                    staged.close()
-                return member.size
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def _file(container: Any, tree: untar.Tree, staged: untar.Tree, parts: list[str], limit: int, fetch: Fetch) -> int:
+    """Fetch one file into the staging folder beside the workspace, then rename it into place."""
+    with tempfile.TemporaryFile() as tar_file:
+        fetch(container, tar_file, limit, "/app/" + "/".join(parts))
+        tar_file.seek(0)
+        with tarfile.open(fileobj=tar_file, mode="r:") as tar:
+            member = tar.next()
+            if member is None or not member.isreg() or member.name != parts[-1]:
+                raise Fallback("the file changed into something else while it was copied")
+            staged.add(member, tar.extractfile(member), "new")
+        parent = _parent(tree, parts)
+        try:
+            _clear(parent, parts[-1])
+            os.rename("new", parts[-1], src_dir_fd=staged.root, dst_dir_fd=parent)
+        finally:
+            os.close(parent)
+        return member.size
