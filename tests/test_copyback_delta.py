@@ -141,3 +141,24 @@ def test_a_link_in_the_workspace_is_never_written_through(archive: Settings, wor
         assert ONLY not in said and not (workspace / "edited").is_symlink(), said
         assert (workspace / "edited" / "f").read_text() == "before\nafter\n"
     assert not list(outside.iterdir())
+
+
+def test_the_full_copy_replaces_a_file_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mirror renames a file or link over a file or link (never a moment without it); only a
+    folder swapped for a file, or the other way, and what is gone are removed first."""
+    new, ws = tmp_path / "new", tmp_path / "ws"
+    for folder in (new, ws):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "f").write_text(f"{folder.name}\n")
+    (new / "link").symlink_to("sub/f")
+    (ws / "link").write_text("a file where the link comes\n")
+    (new / "was-a-folder").write_text("now a file\n")
+    (ws / "was-a-folder").mkdir()
+    (ws / "gone").write_text("removed inside\n")
+    removed: list[str] = []
+    remove = transfer._remove
+    monkeypatch.setattr(transfer, "_remove", lambda p: (removed.append(p.name), remove(p)))
+    transfer._mirror(new, ws)
+    assert sorted(removed) == ["gone", "was-a-folder"]
+    assert (ws / "sub" / "f").read_text() == "new\n" and os.readlink(ws / "link") == "sub/f"
+    assert (ws / "was-a-folder").read_text() == "now a file\n" and not (ws / "gone").exists()

@@ -108,13 +108,14 @@ def _mirror(new: Path, target: Path) -> None:
             _remove(Path(entry.path))
     for name in sorted(incoming):
         src, dst = new / name, target / name
-        if src.is_dir() and not src.is_symlink() and dst.is_dir() and not dst.is_symlink():
+        src_dir, dst_dir = src.is_dir() and not src.is_symlink(), dst.is_dir() and not dst.is_symlink()
+        if src_dir and dst_dir:
             _mirror(src, dst)
             shutil.copymode(src, dst, follow_symlinks=False)
             continue
-        if dst.is_symlink() or dst.exists():
+        if src_dir or dst_dir:  # a folder for a file or the other way: the old one goes first
             _remove(dst)
-        os.rename(src, dst)
+        os.rename(src, dst)  # a file or link over a file or link (never followed): replaced in one step
 
 
 def _remove(path: Path) -> None:
