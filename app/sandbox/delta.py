@@ -208,8 +208,10 @@ def _file(container: Any, tree: untar.Tree, staged: untar.Tree, parts: list[str]
             staged.add(member, tar.extractfile(member), "new")
         parent = _parent(tree, parts)
         try:
-            _clear(parent, parts[-1])
-            os.rename("new", parts[-1], src_dir_fd=staged.root, dst_dir_fd=parent)
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.lstat(parts[-1], dir_fd=parent).st_mode):
+                    shutil.rmtree(parts[-1], dir_fd=parent)  # a folder that became a file
+            os.rename("new", parts[-1], src_dir_fd=staged.root, dst_dir_fd=parent)  # over a file: in one step
         finally:
             os.close(parent)
         return member.size
