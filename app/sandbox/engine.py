@@ -93,7 +93,8 @@ def local_client(remote: Settings) -> docker.DockerClient:
     far = (remote.docker_host or os.environ.get("DOCKER_HOST", "")).removeprefix("http+")
     candidates: list[dict[str, Any]] = []
     if remote.docker_host and os.environ.get("DOCKER_HOST"):
-        candidates.append(_kwargs(None))  # SANDSHELL_DOCKER_HOST points elsewhere than the user's engine
+        with contextlib.suppress(DockerUnavailable):  # SANDSHELL_DOCKER_HOST points elsewhere than the user's engine
+            candidates.append(_kwargs(None))
     with contextlib.suppress(Exception):  # a broken docker config is as good as none
         context = docker.ContextAPI.get_context(os.environ.get("DOCKER_CONTEXT") or None)
         if context is not None and context.Host:
@@ -109,8 +110,8 @@ def local_client(remote: Settings) -> docker.DockerClient:
         tried.append(url)
         try:
             return _connect(kwargs, timeout=600)
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException, DockerUnavailable):
+            pass  # the next one, then one sentence naming them all
     raise DockerUnavailable(f"no other Docker engine answers here (tried {', '.join(tried) or 'none'})")
 
 
