@@ -73,8 +73,11 @@ def test_a_whole_session_runs_over_ssh_and_its_workspace_comes_back(
     assert (workspace / "written.txt").read_text() == "by write_file\n"
     assert (workspace / "last.txt").read_text() == "at the end\n"  # copied back at the end
     assert not docker_client.containers.list(all=True, filters={"name": name})
+    deadline = time.monotonic() + 10
+    while _our_ssh() and time.monotonic() < deadline:  # each ends once its connection is closed
+        time.sleep(0.1)
+    assert not _our_ssh(), "the session's ssh processes outlive it"
     sshengine.close_all()
-    assert not _our_ssh(), "an ssh of ours is still running"
 
 
 def _our_ssh() -> list[psutil.Process]:

@@ -106,10 +106,13 @@ class Sandbox:
         self.start()
 
     def kill(self) -> None:
-        """Stop and remove the container now; safe to call twice."""
+        """Stop and remove the container now, and let go of the engine; safe to call twice."""
         if self.conn is not None:
             self.conn.close()
         self._remove_container()
+        if self._docker is not None:  # its pooled connections (over ssh: an ssh process each)
+            self._docker.close()
+        self._docker = None
 
     def _remove_container(self) -> None:
         if self.container is not None:
@@ -211,18 +214,14 @@ class Sandbox:
 
     def _lost(self) -> None:
         self.log("the sandbox container died; the next command will start a fresh one")
-        if self.conn is not None:
-            self.conn.close()
-        self._remove_container()
+        self.kill()
         self.conn = None
 
     def execute(
         self, command: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
     ) -> Result:
         """Run `command` to the end; the Result's output is bounded (head and tail).
-
-        `on_output` sees every chunk as it arrives (the session streams them to its sinks).
-        """
+        `on_output` sees every chunk as it arrives (the session streams them to its sinks)."""
         collector = OutputCollector()
         result = Result(command, None, error="no result")
         for event in self.stream(command, timeout):
