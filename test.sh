@@ -10,6 +10,13 @@ if ! command -v chromium >/dev/null; then
   { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
     >.cache/logs/apt-chromium.log 2>&1 || { echo "sandshell: apt-get install chromium failed; see .cache/logs/apt-chromium.log" >&2; exit 1; }
 fi
+# ... and an sshd (tests/test_ssh_engine.py starts its own, on a free port, to reach an engine over ssh://)
+if [ ! -x /usr/sbin/sshd ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "sandshell: installing openssh-server for the ssh engine's test (log: .cache/logs/apt-sshd.log)" >&2
+  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; } \
+    >.cache/logs/apt-sshd.log 2>&1 || { echo "sandshell: apt-get install openssh-server failed; see .cache/logs/apt-sshd.log" >&2; exit 1; }
+fi
 echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy" && .venv/bin/mypy
 echo "== pytest" && .venv/bin/pytest -p no:cacheprovider "$@"

@@ -1,8 +1,11 @@
 """Sandbox benchmarks: round trip, throughput and host memory, against `docker exec` on the same container.
 
-Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1] [--transport attach|unix] [--tls-engine]
+Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1] [--transport attach|unix]
+     [--tls-engine | --ssh-engine]
 --tls-engine runs it all on a second dockerd on 127.0.0.1 with mutual TLS (tests/engines.py), the
 workspace copied in through the API; `docker exec` then goes there too (DOCKER_HOST, DOCKER_CERT_PATH).
+--ssh-engine reaches the machine's engine through an sshd of its own on 127.0.0.1 (ssh://, tests/engines.py),
+`docker exec` too (DOCKER_HOST=ssh://..., the same `ssh`).
 Prints a Markdown table (paste into docs/benchmarks.md).
 """
 
@@ -170,13 +173,20 @@ def main() -> None:
     ap.add_argument("--gb", type=int, default=1)
     ap.add_argument("--transport", default="attach", choices=["attach", "unix", "tcp"])
     ap.add_argument("--tls-engine", action="store_true", help="on a second dockerd with mutual TLS")
+    ap.add_argument("--ssh-engine", action="store_true", help="on this machine's engine through ssh://")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600,
                                                               transport=args.transport)  # fmt: skip
-    if not args.tls_engine:
+    if not args.tls_engine and not args.ssh_engine:
         return run(settings, args)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines
     from tests import engines
+
+    if args.ssh_engine:
+        with tempfile.TemporaryDirectory() as base, engines.ssh_engine(Path(base)) as sshd:
+            os.environ.update(DOCKER_HOST=sshd.url, PATH=f"{sshd.shim()}:{os.environ['PATH']}")  # docker exec too
+            print(f"(on this machine's engine through ssh at {sshd.url})")
+            return run(settings.replace(docker_host=sshd.url), args)
 
     with tempfile.TemporaryDirectory() as base, engines.tls_engine(Path(base)) as e:
         os.environ.update(DOCKER_HOST=e.url, DOCKER_TLS_VERIFY="1", DOCKER_CERT_PATH=str(e.certs))  # docker exec

@@ -192,3 +192,67 @@ def main_engine_still_works(c: docker.DockerClient, image: str) -> str:
         return str(container.attrs["NetworkSettings"]["IPAddress"])
     finally:
         container.remove(force=True)
+
+
+@dataclass
+class Sshd:
+    """An sshd of the test's own on 127.0.0.1 in front of this machine's engine (`docker system dial-stdio`)."""
+
+    url: str
+    folder: Path
+    port: int
+
+    def shim(self, key: str = "client_key") -> Path:
+        """A folder with an `ssh` that reads only our config (with `key`: client_key, or stranger_key,
+        which the server does not know): put it first on PATH. ~/.ssh is never read nor written."""
+        shim = self.folder / f"bin-{key}"
+        shim.mkdir(exist_ok=True)
+        (shim / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {self.folder}/config-{key} "$@"\n')
+        (shim / "ssh").chmod(0o755)
+        return shim
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+@contextmanager
+def ssh_engine(folder: Path) -> Iterator[Sshd]:
+    """sshd on a free port as the current user, host key, authorized key and config all in `folder`;
+    stopped after."""
+    assert os.path.exists("/usr/sbin/sshd"), "sshd is missing: ./test.sh installs openssh-server"
+    os.chmod(folder, 0o700)
+    port = free_port()
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+    for key in ("host_key", "client_key", "stranger_key"):
+        _keygen(folder / key)
+    shutil.copy(folder / "client_key.pub", folder / "authorized_keys")
+    (folder / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
+        f"AuthorizedKeysFile {folder}/authorized_keys\n"
+        f"PidFile {folder}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        f"PermitRootLogin prohibit-password\nAllowUsers {user}\nStrictModes no\nSubsystem sftp none\n"
+    )
+    host_key = " ".join((folder / "host_key.pub").read_text().split()[:2])
+    (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key}\n")
+    for key in ("client_key", "stranger_key"):
+        (folder / f"config-{key}").write_text(
+            f"Host 127.0.0.1\n  IdentityFile {folder}/{key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+            f"  UserKnownHostsFile {folder}/known_hosts\n  GlobalKnownHostsFile /dev/null\n"
+            "  StrictHostKeyChecking yes\n"
+        )
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder, as its service makes
+    log = folder / "sshd.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(folder / "sshd_config")], stderr=out)
+    try:
+        deadline = time.monotonic() + 20
+        while "Server listening" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sshd did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield Sshd(f"ssh://{user}@127.0.0.1:{port}", folder, port)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -19,7 +19,7 @@ import pytest
 
 from sandshell.config import Settings
 from sandshell.errors import DockerUnavailable
-from sandshell.sandbox import engine, transfer
+from sandshell.sandbox import engine, transfer, untar
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
@@ -107,7 +107,7 @@ def test_too_many_entries_leave_the_workspace_as_it_was(
     archive: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Empty files cost no bytes on disk, so the byte limit lets millions through; the entry bound stops them."""
-    monkeypatch.setattr(transfer, "MAX_ENTRIES", 2000)
+    monkeypatch.setattr(untar, "MAX_ENTRIES", 2000)
     (workspace / "keep.txt").write_text("keep\n")
     with Sandbox(workspace=workspace, settings=archive) as sb:
         sb.execute("cd /app && rm keep.txt && touch $(seq -f 'f%g' 3000)")
@@ -129,7 +129,7 @@ def test_unpacking_holds_one_entry_at_a_time(tmp_path: Path) -> None:
         tar_file.seek(0)
         tracemalloc.start()
         try:
-            pulled = transfer._unpack(tar_file, staging)
+            pulled = untar.unpack(tar_file, staging)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -14,10 +15,11 @@ import docker.errors
 import docker.tls
 import docker.utils
 import requests.exceptions
-from docker.constants import DEFAULT_DOCKER_API_VERSION
+from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from sandshell.config import Settings
 from sandshell.errors import DockerUnavailable
+from sandshell.sandbox import sshengine
 
 LABEL = "sandshell.session"
 PID_LABEL = "sandshell.pid"
@@ -29,27 +31,8 @@ def client(settings: Settings | None = None) -> docker.DockerClient:
     host = settings.docker_host if settings is not None else ""
     where = host or os.environ.get("DOCKER_HOST") or "the local Docker socket"
     try:
-        if host:
-            tls = _tls(settings.docker_tls) if settings is not None and settings.docker_tls else False
-            kwargs: dict[str, Any] = {"base_url": host, "tls": tls}
-        else:
-            kwargs = docker.utils.kwargs_from_env()  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH
-            if isinstance(kwargs.get("tls"), docker.tls.TLSConfig) and not kwargs["tls"].verify:
-                # docker-py makes DOCKER_CERT_PATH alone TLS that checks no certificate: anyone between
-                # us and the engine could pose as it
-                raise DockerUnavailable(
-                    "DOCKER_CERT_PATH is set without DOCKER_TLS_VERIFY, which would not check the engine's "
-                    "certificate; set DOCKER_TLS_VERIFY=1 (or SANDSHELL_DOCKER_TLS to the folder)"
-                )
-        _refuse_plain_tcp(str(kwargs.get("base_url", "")), kwargs.get("tls"))
-        ssh = str(kwargs.get("base_url", "")).startswith("ssh://")
-        # No version="auto": it asks the engine before trust_env can be turned off, and requests would
-        # let a REQUESTS_CA_BUNDLE (or a proxy) in the environment replace the engine's CA.
-        c = docker.DockerClient(**kwargs, timeout=60, version=DEFAULT_DOCKER_API_VERSION, use_ssh_client=ssh)
-        c.api.trust_env = False
-        c.api._version = c.api.version(api_version=False)["ApiVersion"]  # what version="auto" does
-        c.ping()
-        return c
+        kwargs = _kwargs(settings)
+        return _connect(kwargs)
     except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
         reason = str(e).split("(")[0].strip()[:160]
         if host or os.environ.get("DOCKER_HOST"):
@@ -61,6 +44,75 @@ def client(settings: Settings | None = None) -> docker.DockerClient:
             f"no Docker engine answers ({reason}); start Docker (e.g. `sudo systemctl start docker`) "
             "and make sure your user may use it"
         ) from None
+
+
+def _kwargs(settings: Settings | None) -> dict[str, Any]:
+    """docker-py's base_url and tls for the configured engine (SANDSHELL_DOCKER_HOST, else DOCKER_HOST and friends)."""
+    host = settings.docker_host if settings is not None else ""
+    if host:
+        tls = _tls(settings.docker_tls) if settings is not None and settings.docker_tls else False
+        return {"base_url": host, "tls": tls}
+    kwargs: dict[str, Any] = docker.utils.kwargs_from_env()  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH
+    if isinstance(kwargs.get("tls"), docker.tls.TLSConfig) and not kwargs["tls"].verify:
+        # docker-py makes DOCKER_CERT_PATH alone TLS that checks no certificate: anyone between
+        # us and the engine could pose as it
+        raise DockerUnavailable(
+            "DOCKER_CERT_PATH is set without DOCKER_TLS_VERIFY, which would not check the engine's "
+            "certificate; set DOCKER_TLS_VERIFY=1 (or SANDSHELL_DOCKER_TLS to the folder)"
+        )
+    return kwargs
+
+
+def _connect(kwargs: dict[str, Any], timeout: int = 60) -> docker.DockerClient:
+    """A client at the engine's own API version, never trusting the environment's CA or proxies.
+
+    Not version="auto": docker-py asks the engine from inside the constructor, before trust_env can
+    be turned off, so requests would let a REQUESTS_CA_BUNDLE (or a proxy) replace the engine's CA.
+    A first client at the oldest version docker-py speaks (its /version needs none) asks instead."""
+    url = str(kwargs.get("base_url", ""))
+    _refuse_plain_tcp(url, kwargs.get("tls"))
+    if url.startswith("ssh://"):
+        version = sshengine.api_version(url)  # a wrong URL, a refused key: one sentence, no prompt
+        kwargs = {"base_url": sshengine.socket_url(url)}
+    else:
+        probe = docker.APIClient(**kwargs, timeout=timeout, version=MINIMUM_DOCKER_API_VERSION)
+        try:
+            probe.trust_env = False
+            version = str(probe.version(api_version=False)["ApiVersion"])
+        finally:
+            probe.close()
+    c = docker.DockerClient(**kwargs, timeout=timeout, version=version)
+    c.api.trust_env = False
+    c.ping()
+    return c
+
+
+def local_client(remote: Settings) -> docker.DockerClient:
+    """Another engine to build the image on for a remote one: the user's own (DOCKER_HOST, else the
+    docker context in use, else the default socket or a rootless one). DockerUnavailable if none answers."""
+    far = (remote.docker_host or os.environ.get("DOCKER_HOST", "")).removeprefix("http+")
+    candidates: list[dict[str, Any]] = []
+    if remote.docker_host and os.environ.get("DOCKER_HOST"):
+        with contextlib.suppress(DockerUnavailable):  # SANDSHELL_DOCKER_HOST points elsewhere than the user's engine
+            candidates.append(_kwargs(None))
+    with contextlib.suppress(Exception):  # a broken docker config is as good as none
+        context = docker.ContextAPI.get_context(os.environ.get("DOCKER_CONTEXT") or None)
+        if context is not None and context.Host:
+            candidates.append({"base_url": context.Host, "tls": context.TLSConfig or False})
+    candidates.append({"base_url": docker.constants.DEFAULT_UNIX_SOCKET})
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        candidates.append({"base_url": f"unix://{os.environ['XDG_RUNTIME_DIR']}/docker.sock"})
+    tried: list[str] = []
+    for kwargs in candidates:
+        url = str(kwargs["base_url"]).removeprefix("http+")  # docker-py's default socket is http+unix://
+        if url in tried or url == far:
+            continue
+        tried.append(url)
+        try:
+            return _connect(kwargs, timeout=600)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, DockerUnavailable):
+            pass  # the next one, then one sentence naming them all
+    raise DockerUnavailable(f"no other Docker engine answers here (tried {', '.join(tried) or 'none'})")
 
 
 def _refuse_plain_tcp(url: str, tls: Any) -> None:

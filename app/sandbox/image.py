@@ -14,9 +14,9 @@ import docker
 import docker.errors
 
 from sandshell.config import Settings
-from sandshell.errors import ImageError
+from sandshell.errors import DockerUnavailable, ImageError
 from sandshell.resources import container_dir
-from sandshell.sandbox.engine import is_local
+from sandshell.sandbox.engine import is_local, local_client
 
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
 # Images carry their own key: a container inherits its image's labels, and one made from the
@@ -124,13 +124,12 @@ def ensure_image(client: docker.DockerClient, settings: Settings, log: Log = lam
 
 def _load_from_local(remote: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
     try:
-        local = docker.DockerClient(base_url="unix:///var/run/docker.sock", timeout=600)
-        local.ping()
-    except docker.errors.DockerException:
+        local = local_client(settings)
+    except DockerUnavailable as e:
         raise ImageError(
             f"the engine at {settings.docker_host or os.environ.get('DOCKER_HOST')} lacks the sandbox image {tag}, "
-            "and no local engine is here to build it: run `./start.sh prepare` with a local Docker once, "
-            "or load the image there yourself (docker save | docker load)"
+            f"and no engine here can build it ({e}): start Docker on this machine (or set DOCKER_HOST / a docker "
+            "context to one) and run again, or load the image there yourself (docker save | docker load)"
         ) from None
     try:
         if not _exists(local, tag):

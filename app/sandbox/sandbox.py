@@ -40,8 +40,7 @@ class Sandbox:
 
         self.settings = settings or config.load()
         self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
-        self.session_id = session_id or new_session_id()
-        self.log = log
+        self.session_id, self.log = session_id or new_session_id(), log
         self.container: Any = None
         self.conn: Connection | None = None
         self.hello: dict[str, Any] = {}
@@ -80,6 +79,7 @@ class Sandbox:
         else:
             self.conn = Connection(self._spec.address(self.container), self._spec.token)
         self._connect(resume=None, wait=15.0)
+        self._sync.begin(self.container)  # /app as it came in, before the model touches it
 
     def _connect(self, resume: dict[str, Any] | None, wait: float) -> None:
         assert self.conn is not None and self._spec is not None
@@ -106,14 +106,17 @@ class Sandbox:
         self.start()
 
     def kill(self) -> None:
-        """Stop and remove the container now; safe to call twice."""
+        """Stop and remove the container now, and let go of the engine; safe to call twice."""
         if self.conn is not None:
             self.conn.close()
         self._remove_container()
+        if self._docker is not None:  # its pooled connections (over ssh: an ssh process each)
+            self._docker.close()
+        self._docker = None
 
     def _remove_container(self) -> None:
         if self.container is not None:
-            self._sync.now(self.container, quiet=False)  # a dead container still gives its /app
+            self._sync.now(self.container, quiet=False, full=True)  # a dead container still gives its /app
             remove_container(self._docker, self.container, self._spec)
             self.container = None
         if self._spec is not None:
@@ -211,18 +214,14 @@ class Sandbox:
 
     def _lost(self) -> None:
         self.log("the sandbox container died; the next command will start a fresh one")
-        if self.conn is not None:
-            self.conn.close()
-        self._remove_container()
+        self.kill()
         self.conn = None
 
     def execute(
         self, command: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
     ) -> Result:
         """Run `command` to the end; the Result's output is bounded (head and tail).
-
-        `on_output` sees every chunk as it arrives (the session streams them to its sinks).
-        """
+        `on_output` sees every chunk as it arrives (the session streams them to its sinks)."""
         collector = OutputCollector()
         result = Result(command, None, error="no result")
         for event in self.stream(command, timeout):

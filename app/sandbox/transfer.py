@@ -2,10 +2,11 @@
 
 In: the host folder is packed (links stored as links, never followed; no set-id bits) and put
 into the container's /app before it starts. Back (rw mode): /app is read out of the container
-as a tar, bounded, unpacked with the `data` filter (no absolute paths, nothing outside, no
-devices, no set-id bits) into a folder beside the workspace, then mirrored into the workspace
-entry by entry without following any link: the container's copy is the truth, so files the
-model removed are removed. A tar that cannot be read leaves the workspace as it was.
+as a tar, bounded, unpacked by untar.py (written through directory descriptors, never through a
+link; nothing outside, no devices, no set-id bits; tarfile's own filters are not relied on) into
+a folder beside the workspace, then mirrored into the workspace entry by entry without
+following any link: the container's copy is the truth, so files the model removed are removed.
+A tar that cannot be read leaves the workspace as it was.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,12 +26,12 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
+from sandshell.sandbox import delta, untar
 from sandshell.sandbox.engine import copies_back
+from sandshell.sandbox.untar import Pulled, one_line
 
 CHUNK = 1 << 20
 TAR_SLACK = 64 * 1024 * 1024  # a tar's headers and padding on top of the files' bytes
-MAX_ENTRIES = 1_000_000  # empty files cost no bytes on disk: ~0.5 ms and (held) ~700 bytes each to unpack
-MAX_DEPTH = 200  # folders in folders: deeper ones are refused (Python's recursion limit is 1000)
 
 
 def pack(folder: Path, user: tuple[int, int] | None = None) -> IO[bytes]:
@@ -51,28 +51,6 @@ def pack(folder: Path, user: tuple[int, int] | None = None) -> IO[bytes]:
     return out
 
 
-@dataclass
-class Pulled:
-    """What one copy back brought: files and bytes, and entries refused by the filter."""
-
-    files: int = 0
-    size: int = 0
-    refused: list[str] = field(default_factory=list)  # the first few, each on one line
-    refused_count: int = 0
-    why: set[str] = field(default_factory=set)
-
-    def refuse(self, name: str, why: str) -> None:
-        self.refused_count += 1
-        self.why.add(why)
-        if len(self.refused) < 5:
-            self.refused.append(_one_line(name[:200]))
-
-
-def _one_line(text: str) -> str:
-    """Control characters and undecodable bytes (surrogates) written as escapes: a name cannot fake a log line."""
-    return text.encode("unicode_escape", "backslashreplace").decode("ascii")
-
-
 def pull(container: Any, workspace: Path, limit: int) -> Pulled:
     """Copy the container's /app back into `workspace` (see the module's doc). `limit` bounds the tar (0: none)."""
     with tempfile.TemporaryFile() as tar_file:
@@ -81,18 +59,25 @@ def pull(container: Any, workspace: Path, limit: int) -> Pulled:
         staging = workspace.parent / f".{workspace.name}.sync-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o700)
         try:
-            pulled = _unpack(tar_file, staging)
-            _drop_links_out(staging, pulled)
-            _own_like(staging, workspace)
+            try:
+                pulled = untar.unpack(tar_file, staging, _owner(workspace))
+            except untar.TooMany:
+                raise SandboxError(
+                    f"/app holds more than {untar.MAX_ENTRIES} entries; not copied back (the workspace is as before)"
+                ) from None
+            except (tarfile.TarError, OSError) as e:
+                raise SandboxError(
+                    f"the copy of /app could not be unpacked ({e}); the workspace is as before"
+                ) from None
             _mirror(staging, workspace)
             return pulled
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _fetch(container: Any, out: IO[bytes], limit: int) -> None:
+def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> None:
     try:
-        stream, _stat = container.get_archive("/app", chunk_size=CHUNK)
+        stream, _stat = container.get_archive(path, chunk_size=CHUNK)
         size = 0
         for chunk in stream:
             size += len(chunk)
@@ -107,77 +92,12 @@ def _fetch(container: Any, out: IO[bytes], limit: int) -> None:
         raise SandboxError(f"cannot copy /app back from the sandbox: {e.explanation or e}") from None
 
 
-def _unpack(tar_file: IO[bytes], staging: Path) -> Pulled:
-    pulled = Pulled()
-    files: set[str] = set()  # regular files unpacked so far: the only things a hard link may name
-
-    def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-        name = member.name.partition("/")[2]  # the archive's entries are app/...
-        if not name:
-            return None
-        if name.count("/") >= MAX_DEPTH:  # the mirror and shutil.rmtree recurse once a level
-            pulled.refuse(name, "too deep")
-            return None
-        member = member.replace(name=name, deep=False)
-        if member.islnk():
-            # a second name of something refused (a FIFO, a link out): tarfile would look the first
-            # name up among the members, not find it under its stripped name and raise KeyError
-            linkname = member.linkname.partition("/")[2]
-            if linkname not in files:
-                pulled.refuse(name, "links out of it, devices")
-                return None
-            member = member.replace(linkname=linkname, deep=False)
-        try:
-            member = tarfile.data_filter(member, dest)
-        except tarfile.FilterError:
-            pulled.refuse(name, "links out of it, devices")
-            return None
-        if member.isfile():
-            files.add(name)
-            pulled.files += 1
-            pulled.size += member.size
-        return member
-
-    try:
-        with tarfile.open(fileobj=tar_file, mode="r:") as tar:
-            count = 0
-            while (member := tar.next()) is not None:
-                count += 1
-                if count > MAX_ENTRIES:
-                    raise SandboxError(
-                        f"/app holds more than {MAX_ENTRIES} entries; not copied back (the workspace is as before)"
-                    )
-                tar.extract(member, staging, filter=keep)
-                tar.members.clear()  # type: ignore[attr-defined]  # else every member read is kept (~700 bytes)
-    except (tarfile.TarError, OSError) as e:
-        raise SandboxError(f"the copy of /app could not be unpacked ({e}); the workspace is as before") from None
-    return pulled
-
-
-def _drop_links_out(staging: Path, pulled: Pulled) -> None:
-    """Remove the links that lead out of the finished copy. The filter checks each link against the
-    tree unpacked so far, so links can lead out together (`a -> b/..`, then `b -> .`); the mirror
-    makes the workspace hold exactly this tree, so inside here is inside there."""
-    root = os.path.realpath(staging)
-    out = []
-    for folder, dirs, files in os.walk(staging):  # never into a link; depth bounded by MAX_DEPTH
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            if os.path.islink(path) and os.path.commonpath([os.path.realpath(path), root]) != root:
-                out.append(path)
-    for path in out:  # after the walk: a link removed first would change where the others lead
-        os.unlink(path)
-        pulled.refuse(os.path.relpath(path, staging), "links out of it, devices")
-
-
-def _own_like(staging: Path, workspace: Path) -> None:
+def _owner(workspace: Path) -> tuple[int, int] | None:
     """Files end up owned by the workspace's owner (when we may give them away)."""
     st = workspace.stat()
     if os.geteuid() != 0 or (st.st_uid, st.st_gid) == (0, 0):
-        return
-    for root, dirs, files in os.walk(staging):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), st.st_uid, st.st_gid)
+        return None
+    return st.st_uid, st.st_gid
 
 
 def _mirror(new: Path, target: Path) -> None:
@@ -188,13 +108,14 @@ def _mirror(new: Path, target: Path) -> None:
             _remove(Path(entry.path))
     for name in sorted(incoming):
         src, dst = new / name, target / name
-        if src.is_dir() and not src.is_symlink() and dst.is_dir() and not dst.is_symlink():
+        src_dir, dst_dir = src.is_dir() and not src.is_symlink(), dst.is_dir() and not dst.is_symlink()
+        if src_dir and dst_dir:
             _mirror(src, dst)
             shutil.copymode(src, dst, follow_symlinks=False)
             continue
-        if dst.is_symlink() or dst.exists():
+        if src_dir or dst_dir:  # a folder for a file or the other way: the old one goes first
             _remove(dst)
-        os.rename(src, dst)
+        os.rename(src, dst)  # a file or link over a file or link (never followed): replaced in one step
 
 
 def _remove(path: Path) -> None:
@@ -224,34 +145,66 @@ def fill_volume(client: Any, image: str, volume: str, data: IO[bytes], labels: d
 
 class Sync:
     """When /app comes back (archive transfer in rw mode): at the end, when asked, and after an action
-    once SANDSHELL_SYNC_SECONDS have passed since the last copy."""
+    once SANDSHELL_SYNC_SECONDS have passed since the last copy. The end copies everything; the
+    others copy only what changed since the last copy or the start when they can (delta.py),
+    everything otherwise."""
 
     def __init__(self, workspace: Path, settings: Settings, log: Callable[[str], None]) -> None:
         self.workspace, self.settings, self.log = workspace, settings, log
         self.last = time.monotonic()
+        self.listing: dict[str, str] | None = None  # /app as listed before the last copy, if nothing was refused
+
+    def begin(self, container: Any) -> None:
+        """A new container holds the workspace as it is here: its listing is the first to compare
+        with, so even the first copy back is only what changed."""
+        self.listing = delta.listing(container) if copies_back(self.settings) else None
 
     def due(self, container: Any) -> None:
         every = self.settings.sync_seconds
         if every and time.monotonic() - self.last > every:
             self.now(container)
 
-    def now(self, container: Any, quiet: bool = True) -> str:
+    def now(self, container: Any, quiet: bool = True, full: bool = False) -> str:
         """Copy back now if this session copies back; returns what was said ("" when it does not)."""
         if container is None or not copies_back(self.settings):
             return ""
         self.last = time.monotonic()
+        if not full and self.listing is not None and (said := self._changes(container)):
+            if not quiet:
+                self.log(said)
+            return said
+        listing = None if full else delta.listing(container)  # before the archive: later changes show next time
+        self.listing = None
         try:
             got = pull(container, self.workspace, self.settings.workspace_limit)
         except (SandboxError, OSError) as e:
             self.log(said := f"/app was not copied back: {e}")
             return said
         except Exception as e:  # what /app holds is the model's: nothing in it may end the session
-            why = _one_line(f"{type(e).__name__}: {str(e)[:200]}")
+            why = one_line(f"{type(e).__name__}: {str(e)[:200]}")
             self.log(said := f"/app was not copied back ({why}); the workspace may be partly updated")
             return said
+        self.listing = listing if not got.refused_count else None
         said = f"/app copied back to {self.workspace}: {got.files} files, {got.size} bytes"
         if got.refused_count:
             said += f"; {got.refused_count} refused ({', '.join(sorted(got.why))}): {', '.join(got.refused)}"
         if got.refused or not quiet:
             self.log(said)
         return said
+
+    def _changes(self, container: Any) -> str:
+        """Copy only what changed since the last copy; "" when everything must be copied instead."""
+        before, now = self.listing, delta.listing(container)
+        if before is None or now is None:
+            return ""
+        try:
+            files, size, removed = delta.apply(
+                container, self.workspace, before, now, self.settings.workspace_limit, _fetch
+            )
+        except (delta.Fallback, untar.Refused, SandboxError, OSError, tarfile.TarError):
+            return ""  # the full copy follows, and it is the truth
+        self.listing = now
+        return (
+            f"/app copied back to {self.workspace}: {files} changed files, {size} bytes, {removed} removed "
+            "(only what changed since the last copy)"
+        )

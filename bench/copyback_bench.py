@@ -1,0 +1,76 @@
+"""The periodic copy back (archive transfer, rw mode): how long it holds the sandbox's lock.
+
+Run: .venv/bin/python bench/copyback_bench.py [--files 20000] [--runs 5]
+A workspace of N small files goes into a container on the local engine (SANDSHELL_WORKSPACE_TRANSFER
+=archive, as a remote engine would get it); after a first copy back, one file is changed and the
+copy back is timed (sync_workspace holds the lock throughout, as the periodic one does), then the
+same with nothing changed, then a command issued while a copy back runs (how long it waits).
+Prints a Markdown table (paste into docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandshell import config
+from sandshell.sandbox.sandbox import Sandbox
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=20000)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    settings = config.load().replace(workspace_transfer="archive", workspace_mode="rw", sync_seconds=0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "workspace"
+        for i in range(args.files):
+            folder = ws / f"d{i // 1000:03d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"f{i}.txt").write_text(f"file {i}\n")
+        with Sandbox(workspace=ws, settings=settings) as sb:
+            t = time.perf_counter()
+            said = sb.sync_workspace()
+            first = time.perf_counter() - t
+            print(f"first copy back: {first * 1000:.0f} ms ({said})", file=sys.stderr)
+            changed, same, waited = [], [], []
+            for run in range(args.runs):
+                sb.execute(f"echo run {run} > /app/d000/f0.txt")
+                t = time.perf_counter()
+                said = sb.sync_workspace()
+                changed.append(time.perf_counter() - t)
+                assert (ws / "d000" / "f0.txt").read_text() == f"run {run}\n", said
+                t = time.perf_counter()
+                sb.sync_workspace()
+                same.append(time.perf_counter() - t)
+                syncing = threading.Thread(target=sb.sync_workspace)
+                sb.execute(f"echo again {run} > /app/d001/f1000.txt")
+                syncing.start()
+                time.sleep(0.005)
+                t = time.perf_counter()
+                sb.execute("true")
+                waited.append(time.perf_counter() - t)
+                syncing.join()
+            print(f"last: {said}", file=sys.stderr)
+    load = os.getloadavg()[0]
+    head = "first copy | one file changed | nothing changed | `true` during a copy"
+    print(f"| {args.files} files, load {load:.1f} | {head} |")
+    print("|---|---|---|---|---|")
+    med = statistics.median
+    print(
+        f"| median of {args.runs} (ms) | {first * 1000:.0f} | {med(changed) * 1000:.0f} | {med(same) * 1000:.0f} "
+        f"| {med(waited) * 1000:.0f} |"
+    )
+
+
+if __name__ == "__main__":
+    main()
