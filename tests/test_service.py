@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,3 +178,25 @@ def test_a_tasks_model_settings_start_its_config_json_and_bad_ones_are_refused(s
     assert r.status_code == 422 and "model.temperature" in r.json()["detail"]
     r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"n_ctx": 100000}})
     assert r.status_code == 422
+
+
+def test_a_long_poll_answers_when_the_task_ends_or_when_its_wait_is_over(server: Server) -> None:
+    task = server.task("wait for me", [{"bash": "sleep 2; echo slept"}, {"done": "woke"}])
+    asked = time.monotonic()
+    r = server.http.get(f"/v1/tasks/{task}", params={"wait": 30})
+    took = time.monotonic() - asked
+    assert r.status_code == 200 and (r.json()["status"], r.json()["result"]) == ("done", "woke"), r.text
+    assert 1.5 < took < 20, took  # answered at the end, not at once and not after the whole wait
+    long = server.task("long", [{"bash": "sleep 60"}, {"done": "too late"}])
+    asked = time.monotonic()
+    r = server.http.get(f"/v1/tasks/{long}", params={"wait": 1})
+    assert r.json()["status"] in ("queued", "running") and 0.9 < time.monotonic() - asked < 10
+    waiting: dict[str, object] = {}
+    poll = threading.Thread(target=lambda: waiting.update(server.http.get(f"/v1/tasks/{long}?wait=60").json()))
+    poll.start()
+    time.sleep(0.5)
+    server.http.post(f"/v1/tasks/{long}/cancel")
+    poll.join(20)
+    assert waiting.get("status") == "cancelled", waiting
+    assert server.http.get(f"/v1/tasks/{task}", params={"wait": 61}).status_code == 422
+    assert server.http.get("/v1/tasks/nope", params={"wait": 1}).status_code == 404

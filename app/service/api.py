@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandshell.errors import SandshellError
 from sandshell.service import auth, profiles
 from sandshell.service.chat import ProfileMismatch
-from sandshell.service.feed import follow
+from sandshell.service.feed import follow, until_ended
 from sandshell.service.limits import BodyLimit, one_sentence
 from sandshell.service.server import Service
 from sandshell.service.tasks import Busy
@@ -46,6 +46,7 @@ class ModelOverrides(BaseModel):
 Resume = Annotated[str | None, Header(description="resume after this event (the last id seen)")]
 After = Annotated[int | None, Query(ge=0, description="resume after this event (as Last-Event-ID)")]
 View = Annotated[Literal["exact", "inert"], Query(description="inert: controls shown as text")]
+Wait = Annotated[float, Query(ge=0, le=60, description="seconds to wait for the task to end (at most 60)")]
 PROFILE_DOC = "the sandbox's profile; only those of the server's SANDSHELL_API_PROFILES (403 for another)"
 Script = list[str | dict[str, Any] | list[dict[str, Any]]]
 
@@ -126,8 +127,12 @@ def create_app(service: Service) -> FastAPI:
         return {"total": total, "offset": offset, "limit": limit, "tasks": tasks}
 
     @app.get("/v1/tasks/{task_id}", dependencies=Auth)
-    def get_task(task_id: str) -> dict[str, Any]:
-        return task_or_404(task_id)
+    async def get_task(task_id: str, wait: Wait = 0.0) -> dict[str, Any]:
+        """The task: status, result, error, log and the numbers. With `wait`, answers when the task has
+        ended, or after that many seconds with where it stands (a long poll: no need to ask again and again)."""
+        if wait > 0:
+            await until_ended(service.feeds, task_id, lambda: service.manager.is_active(task_id), wait)
+        return await run_in_threadpool(task_or_404, task_id)
 
     @app.post("/v1/tasks/{task_id}/cancel", dependencies=Auth)
     def cancel_task(task_id: str) -> dict[str, Any]:
