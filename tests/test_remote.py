@@ -206,11 +206,12 @@ def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Setting
 
 def test_a_whole_task_runs_on_the_tls_engine_through_the_api(remote: engines.Engine, tmp_path: Path,
                                                               docker_client: docker.DockerClient) -> None:  # fmt: skip
-    """`sandshell serve` with SANDSHELL_DOCKER_HOSTS naming an engine that is down and the TLS one: a task
-    in rw mode runs there to its end through the API, and what the model wrote comes back."""
+    """`sandshell serve` with SANDSHELL_DOCKER_HOSTS naming an engine that is down, the TLS one and the
+    machine's: a task in rw mode runs on the TLS engine (it runs no session, and wins a tie with the machine's
+    by coming first) to its end through the API, and what the model wrote comes back."""
     from tests.service_util import Server
 
-    hosts = f"tcp://127.0.0.1:9,{remote.url}"
+    hosts = f"tcp://127.0.0.1:9,{remote.url},unix:///var/run/docker.sock"
     server = Server(tmp_path / "home", SANDSHELL_DOCKER_HOSTS=hosts, SANDSHELL_DOCKER_TLS=str(remote.certs))
     there = engines.client(remote)
     try:
