@@ -210,6 +210,12 @@ class Settings:
     api_body_limit: Annotated[int, "bytes"] = _f(
         "SANDSHELL_API_BODY_LIMIT", 64 * 1024, "largest HTTP request body the API accepts (sizes as 64KiB or bytes)"
     )
+    api_profiles: str = _f(
+        "SANDSHELL_API_PROFILES",
+        "locked",
+        "profiles API clients may ask for, comma-separated (standard gives root and the network to anyone with "
+        "the token); a request naming none gets SANDSHELL_PROFILE when it is listed, else the first listed",
+    )
     openai_slots: int = _f(
         "LLAMA_OPENAI_SLOTS",
         0,
@@ -233,15 +239,6 @@ class Settings:
         import dataclasses
 
         return dataclasses.replace(self, **changes)
-
-
-def documented_fields() -> list[tuple[str, str, Any]]:
-    """(env name, doc, default) for every fixed setting, for `.env.example` and `--help`."""
-    out = []
-    for f in fields(Settings):
-        if f.metadata.get("env"):
-            out.append((f.metadata["env"], f.metadata["doc"], f.default))
-    return out
 
 
 def default_env_file(environ: dict[str, str] | None = None) -> Path:

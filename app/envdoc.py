@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sandshell.config import documented_fields
+from dataclasses import fields
+from typing import Any
+
+from sandshell.config import Settings
 
 HEADER = """\
 # sandshell settings. Copy to .env (start.sh does it) and change what you need; the
@@ -14,6 +17,11 @@ HEADER = """\
 # LLAMA_REPEAT_PENALTY, LLAMA_MIROSTAT_MODE, ...). The model may override generation
 # parameters each turn in /app/config.json.
 """
+
+
+def documented_fields() -> list[tuple[str, str, Any]]:
+    """(env name, doc, default) for every fixed setting, for `.env.example` and `--help`."""
+    return [(f.metadata["env"], f.metadata["doc"], f.default) for f in fields(Settings) if f.metadata.get("env")]
 
 
 def render() -> str:

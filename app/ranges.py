@@ -30,6 +30,9 @@ def check_ranges(s: Settings) -> None:
             "SANDSHELL_MAX_SESSIONS must be 1 or more, SANDSHELL_MAX_CONVERSATIONS and LLAMA_OPENAI_SLOTS 0 or "
             "more, SANDSHELL_API_BODY_LIMIT at least 1KiB"
         )
+    profiles = {p.strip() for p in s.api_profiles.split(",")} - {""}
+    if not profiles or profiles - {"standard", "locked"}:
+        problems.append("SANDSHELL_API_PROFILES must name standard, locked or both, comma-separated")
     if s.observation_tokens < 0:
         problems.append("LLAMA_OBSERVATION_TOKENS must be 0 or more")
     if not 1 <= s.best_of <= 8 or s.comment_chars < -1 or not 1.0 <= s.history_penalty <= 2.0:

@@ -106,11 +106,13 @@ def run_task(
     control: Control | None = None,
     sinks: Sequence[Sink] = (),
     session_id: str | None = None,
+    log: LineLog | None = None,
 ) -> dict[str, Any]:
     """Run one task headless; never raises. Returns `{status, result, error, log}` and the numbers:
     `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
-    recording's folder, None when the session never started)."""
-    log = LineLog(echo=echo)
+    recording's folder, None when the session never started). `log`: the transcript's sink, for a
+    caller that reads its lines while the task runs (the HTTP service)."""
+    log = log if log is not None else LineLog(echo=echo)
     folder: str | None = None
     try:
         s = settings or config.load()

@@ -1,7 +1,7 @@
 """The HTTP service's cost: tasks through the API against run_task directly, and an event's delay
 from the recorder to an SSE client.
 
-Run: .venv/bin/python bench/service_bench.py [--tasks 20] [--parallel 4]
+Run: .venv/bin/python bench/service_bench.py [--tasks 20] [--parallel 4] [--rounds 2] [--poll 0.02]
 
 Both use the script backend (no model), the locked profile, and a server in this process
 (uvicorn on 127.0.0.1, a free port). The delay is from the moment the recorder has written
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,17 +30,23 @@ from sandshell.runner import run_task
 from sandshell.service import tasks as tasks_module
 from sandshell.service.api import create_app
 from sandshell.service.server import Service
+from sandshell.workspace import init_workspace
 
 SCRIPT = [{"bash": "echo hello"}, {"bash": "ls / | wc -l"}, {"bash": "echo done >&2"}, {"done": "ok"}]
 STREAMY = [{"bash": "for i in $(seq 40); do echo line $i; sleep 0.02; done"}] * 3 + [{"done": "ok"}]
 
 
-def direct(settings: config.Settings, n: int, parallel: int) -> float:
+def direct(settings: config.Settings, n: int, parallel: int, starters: bool = True) -> float:
+    """`n` tasks through run_task from `parallel` threads; each workspace laid out as an API task's is (the
+    goal, system.md and config.json the session reads every turn), unless `starters` is false."""
     lines = [json.dumps(a) for a in SCRIPT]
 
     def one(_: int) -> str:
-        s = settings.replace(workspace=tempfile.mkdtemp())
-        return str(run_task("bench", 60, 10, settings=s, backend=ScriptBackend(lines))["status"])
+        s = settings.replace(workspace=tempfile.mkdtemp(), default_goal="bench")
+        if starters:
+            init_workspace(s)
+        r = run_task("bench", 60, 10, settings=s, backend=ScriptBackend(lines))
+        return str(r["status"] if r["status"] == "done" else (r["status"], r["error"]))
 
     start = time.perf_counter()
     with ThreadPoolExecutor(parallel) as pool:
@@ -48,12 +55,14 @@ def direct(settings: config.Settings, n: int, parallel: int) -> float:
     return time.perf_counter() - start
 
 
-def through_api(http: httpx.Client, n: int) -> float:
+def through_api(http: httpx.Client, n: int, poll: float = 0.0) -> float:
+    """POST `n` tasks, then wait for each: a long poll (`?wait=`), or asking every `poll` seconds."""
     start = time.perf_counter()
     ids = [http.post("/v1/tasks", json={"goal": "bench", "script": SCRIPT}).json()["id"] for _ in range(n)]
     for task_id in ids:
-        while (t := http.get(f"/v1/tasks/{task_id}").json())["status"] in ("queued", "running"):
-            time.sleep(0.02)
+        params = {} if poll else {"wait": 60}
+        while (t := http.get(f"/v1/tasks/{task_id}", params=params).json())["status"] in ("queued", "running"):
+            time.sleep(poll)
         assert t["status"] == "done", t
     return time.perf_counter() - start
 
@@ -104,11 +113,19 @@ def idle(http: httpx.Client, n: int) -> None:
         http.delete(f"/v1/chat/{cid}")
 
 
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--idle", type=int, default=0, help="also open this many idle sessions and measure memory")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of run_task then the API, interleaved")
+    ap.add_argument("--empty", action="store_true", help="run_task on an empty workspace (as before 2026-11-23 15h)")
+    ap.add_argument("--poll", type=float, default=0.0, help="ask for each task every POLL seconds (0: long poll)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="sandshell-bench-"))
     settings = config.load(env_file=None, environ={"SANDSHELL_HOME": str(home)}).replace(
@@ -142,14 +159,37 @@ def main() -> None:
         if args.idle:
             idle(http, args.idle)
             return
-        through_api(http, args.parallel)  # warm: image, imports
+        through_api(http, args.parallel, args.poll)  # warm: image, imports
         runs: dict[str, list[float]] = {"run_task": [], "API": []}
-        for _ in range(2):  # interleaved: the machine is shared, so its load moves both alike
-            runs["run_task"].append(direct(settings, args.tasks, args.parallel))
-            runs["API"].append(through_api(http, args.tasks))
+        cpu: dict[str, list[float]] = {"run_task": [], "API": []}
+        redone = 0
+        while len(runs["API"]) < args.rounds:  # interleaved: the machine is shared, so its load moves both alike
+            got: dict[str, tuple[float, float]] = {}
+            try:
+                for name, run in (("run_task", lambda: direct(settings, args.tasks, args.parallel, not args.empty)),
+                                  ("API", lambda: through_api(http, args.tasks, args.poll))):  # fmt: skip
+                    used = _cpu()
+                    got[name] = (run(), _cpu() - used)
+            except AssertionError as e:  # a task that failed (the engine, shared with others, lost a container)
+                redone += 1
+                print(f"a round is run again: {str(e)[:300]}", file=sys.stderr)
+                if redone > 3:
+                    raise
+                continue
+            for name, (seconds, used_cpu) in got.items():
+                runs[name].append(seconds)
+                cpu[name].append(used_cpu)
         shown = "; ".join(f"{k} " + ", ".join(f"{x:.2f}s" for x in v) for k, v in runs.items())
         best = min(runs["API"]) / min(runs["run_task"]) - 1
-        print(f"{args.tasks} tasks, {args.parallel} at a time: {shown} (best against best: {best * 100:+.1f}%)")
+        paired = statistics.median(a / d for a, d in zip(runs["API"], runs["run_task"], strict=True)) - 1
+        client = f"polling every {args.poll:g}s" if args.poll else "long poll"
+        print(
+            f"{args.tasks} tasks, {args.parallel} at a time ({client}): {shown} "
+            f"(best against best: {best * 100:+.1f}%, median of each round's API/run_task: {paired * 100:+.1f}%)"
+        )
+        each = {k: statistics.median(v) / args.tasks * 1000 for k, v in cpu.items()}
+        print(f"this process's CPU a task (median): run_task {each['run_task']:.1f} ms, API {each['API']:.1f} ms "
+              f"(server and client: {each['API'] - each['run_task']:+.1f} ms)")  # fmt: skip
         ms: list[float] = []
         for _ in range(3):
             ms += delays(http, written)

@@ -81,10 +81,14 @@ class Server:
         raise AssertionError(f"task {task_id} still {t['status']} after {timeout}s")
 
     def events(self, task_id: str, last_id: int | None = None, limit: int | None = None, **params: str) -> list[Any]:
-        """(id, type, data) of each event of the stream, until it ends or `limit` events came."""
+        """(id, type, data) of each event of a task's stream, until it ends or `limit` events came."""
+        return self.sse(f"/v1/tasks/{task_id}/events", last_id, limit, **params)
+
+    def sse(self, path: str, last_id: int | None = None, limit: int | None = None, **params: str) -> list[Any]:
+        """(id, type, data) of each event of the stream at `path`, until it ends or `limit` events came."""
         headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
         out: list[tuple[int, str, dict[str, Any]]] = []
-        with self.http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers, params=params) as r:
+        with self.http.stream("GET", path, headers=headers, params=params) as r:
             assert r.status_code == 200, r.read()
             for seq, kind, data in parse_sse(r.iter_lines()):
                 out.append((seq, kind, data))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sandshell import config
-from sandshell.envdoc import render
+from sandshell.envdoc import documented_fields, render
 from sandshell.errors import SettingsError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_bad_settings_are_one_clear_sentence(environ: dict[str, str], words: str
 def test_env_example_documents_every_setting() -> None:
     example = (REPO / ".env.example").read_text()
     assert example == render(), "regenerate with: .venv/bin/python -m sandshell.envdoc > .env.example"
-    for env, doc, _ in config.documented_fields():
+    for env, doc, _ in documented_fields():
         assert f"\n{env}=" in example and doc
 
 

@@ -202,3 +202,36 @@ def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Setting
     placed = place(s, TaskRecord("t1", "a goal", {"workspace_mode": "rw"}))
     assert placed.docker_host == on_remote.docker_host and engine.archive_transfer(placed)
     assert placed.workspace == str(tmp_path / "sessions" / "t1" / "workspace")
+
+
+def test_a_whole_task_runs_on_the_tls_engine_through_the_api(remote: engines.Engine, tmp_path: Path,
+                                                              docker_client: docker.DockerClient) -> None:  # fmt: skip
+    """`sandshell serve` with SANDSHELL_DOCKER_HOSTS naming an engine that is down, the TLS one and the
+    machine's: a task in rw mode runs on the TLS engine (it runs no session, and wins a tie with the machine's
+    by coming first) to its end through the API, and what the model wrote comes back."""
+    from tests.service_util import Server
+
+    hosts = f"tcp://127.0.0.1:9,{remote.url},unix:///var/run/docker.sock"
+    server = Server(tmp_path / "home", SANDSHELL_DOCKER_HOSTS=hosts, SANDSHELL_DOCKER_TLS=str(remote.certs))
+    there = engines.client(remote)
+    try:
+        script = [{"bash": "echo from the other engine > /app/made.txt; rm /app/system.md; sleep 4"}, {"done": "ok"}]
+        task = server.task("write made.txt", script, workspace_mode="rw", timeout=120)
+        seen_there = seen_here = 0
+        deadline = time.monotonic() + 600  # the first task there waits for the image to be sent
+        while server.get(task)["status"] in ("queued", "running") and time.monotonic() < deadline:
+            label = {"label": f"{engine.LABEL}={task}"}
+            seen_there = max(seen_there, len(there.api.containers(all=True, filters=label)))
+            seen_here = max(seen_here, len(docker_client.api.containers(all=True, filters=label)))
+            time.sleep(0.2)
+        result = server.get(task)
+        assert (result["status"], result["result"]) == ("done", "ok"), result
+        assert seen_there == 1 and seen_here == 0, "the task's container was on the TLS engine, never here"
+        assert not there.api.containers(all=True, filters={"label": f"{engine.LABEL}={task}"}), "removed at its end"
+        workspace = tmp_path / "home" / "sessions" / task / "workspace"
+        assert (workspace / "made.txt").read_text() == "from the other engine\n"  # copied back (rw)
+        assert not (workspace / "system.md").exists() and (workspace / "goal").is_file()
+        started = server.events(task)[0][2]
+        assert started["settings"]["docker_host"] == remote.url  # the recording says where it ran
+    finally:
+        server.stop()

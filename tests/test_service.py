@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +29,9 @@ def test_without_the_token_every_route_but_health_is_401(server: Server) -> None
     bare = httpx.Client(base_url=server.url)
     bad_cookie = httpx.Client(base_url=server.url, cookies={"sandshell_token": "nope"})
     assert bare.get("/v1/health").json() == {"status": "ok"}  # nothing about the model or the tasks
-    for method, path in [("GET", "/v1/tasks"), ("POST", "/v1/tasks"), ("GET", "/v1/tasks/x/events"),
-                         ("POST", "/v1/chat"), ("POST", "/v1/tasks/x/cancel")]:  # fmt: skip
+    routes = [("GET", "/v1/tasks"), ("POST", "/v1/tasks"), ("GET", "/v1/tasks/x/events"), ("GET", "/v1/chat/x/events"),
+              ("POST", "/v1/chat"), ("POST", "/v1/tasks/x/cancel")]  # fmt: skip
+    for method, path in routes:
         assert bare.request(method, path).status_code == 401, path
         wrong = {"Authorization": "Bearer " + TOKEN[:-1] + "x"}
         assert bare.request(method, path, headers=wrong).status_code == 401, path
@@ -176,3 +178,25 @@ def test_a_tasks_model_settings_start_its_config_json_and_bad_ones_are_refused(s
     assert r.status_code == 422 and "model.temperature" in r.json()["detail"]
     r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"n_ctx": 100000}})
     assert r.status_code == 422
+
+
+def test_a_long_poll_answers_when_the_task_ends_or_when_its_wait_is_over(server: Server) -> None:
+    task = server.task("wait for me", [{"bash": "sleep 2; echo slept"}, {"done": "woke"}])
+    asked = time.monotonic()
+    r = server.http.get(f"/v1/tasks/{task}", params={"wait": 30})
+    took = time.monotonic() - asked
+    assert r.status_code == 200 and (r.json()["status"], r.json()["result"]) == ("done", "woke"), r.text
+    assert 1.5 < took < 20, took  # answered at the end, not at once and not after the whole wait
+    long = server.task("long", [{"bash": "sleep 60"}, {"done": "too late"}])
+    asked = time.monotonic()
+    r = server.http.get(f"/v1/tasks/{long}", params={"wait": 1})
+    assert r.json()["status"] in ("queued", "running") and 0.9 < time.monotonic() - asked < 10
+    waiting: dict[str, object] = {}
+    poll = threading.Thread(target=lambda: waiting.update(server.http.get(f"/v1/tasks/{long}?wait=60").json()))
+    poll.start()
+    time.sleep(0.5)
+    server.http.post(f"/v1/tasks/{long}/cancel")
+    poll.join(20)
+    assert waiting.get("status") == "cancelled", waiting
+    assert server.http.get(f"/v1/tasks/{task}", params={"wait": 61}).status_code == 422
+    assert server.http.get("/v1/tasks/nope", params={"wait": 1}).status_code == 404

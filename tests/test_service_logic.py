@@ -107,3 +107,18 @@ def test_service_settings_out_of_range_are_one_sentence() -> None:
             config.load(env_file=None, environ=env)
     ok = config.load(env_file=None, environ={"SANDSHELL_API_BODY_LIMIT": "1MiB", "SANDSHELL_MAX_SESSIONS": "8"})
     assert (ok.api_body_limit, ok.max_sessions) == (1024 * 1024, 8)
+
+
+def test_api_profiles_default_to_locked_and_a_wrong_list_is_one_sentence() -> None:
+    from sandshell.service import profiles
+
+    default = config.load(env_file=None, environ={})
+    assert default.profile == "standard" and profiles.offered(default) == ("locked",)
+    assert profiles.choose(default, None) == "locked"  # the server's own profile is not offered: the first offered
+    with pytest.raises(profiles.Forbidden, match="SANDSHELL_API_PROFILES"):
+        profiles.choose(default, "standard")
+    both = config.load(env_file=None, environ={"SANDSHELL_API_PROFILES": " locked, standard "})
+    assert profiles.choose(both, None) == "standard" and profiles.choose(both, "locked") == "locked"
+    for wrong in ("networked", ",", "locked,root"):
+        with pytest.raises(SettingsError, match="SANDSHELL_API_PROFILES must name standard, locked or both"):
+            config.load(env_file=None, environ={"SANDSHELL_API_PROFILES": wrong})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Annotated, Any, Literal
@@ -15,8 +15,9 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandshell.errors import SandshellError
-from sandshell.service import auth
-from sandshell.service.feed import follow
+from sandshell.service import auth, profiles
+from sandshell.service.chat import ProfileMismatch
+from sandshell.service.feed import follow, until_ended
 from sandshell.service.limits import BodyLimit, one_sentence
 from sandshell.service.server import Service
 from sandshell.service.tasks import Busy
@@ -42,6 +43,11 @@ class ModelOverrides(BaseModel):
     max_tokens: int | None = Field(None, ge=16, le=100_000)
 
 
+Resume = Annotated[str | None, Header(description="resume after this event (the last id seen)")]
+After = Annotated[int | None, Query(ge=0, description="resume after this event (as Last-Event-ID)")]
+View = Annotated[Literal["exact", "inert"], Query(description="inert: controls shown as text")]
+Wait = Annotated[float, Query(ge=0, le=60, description="seconds to wait for the task to end (at most 60)")]
+PROFILE_DOC = "the sandbox's profile; only those of the server's SANDSHELL_API_PROFILES (403 for another)"
 Script = list[str | dict[str, Any] | list[dict[str, Any]]]
 
 
@@ -51,7 +57,7 @@ class TaskRequest(BaseModel):
     max_steps: int = Field(20, ge=1, le=1000)
     timeout: float = Field(300.0, gt=0, le=86_400)
     workspace_mode: Literal["rw", "ro", "copy"] | None = None
-    profile: Literal["standard", "locked"] | None = None
+    profile: Literal["standard", "locked"] | None = Field(None, description=PROFILE_DOC)
     model: ModelOverrides | None = None
     script: Script | None = Field(None, max_length=500, description="answers, only for a server on the script backend")
 
@@ -60,6 +66,7 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     message: str = Field(min_length=1, max_length=16_000)
     conversation_id: str | None = Field(None, max_length=64)
+    profile: Literal["standard", "locked"] | None = Field(None, description=PROFILE_DOC)
     script: Script | None = Field(None, max_length=500, description="answers, only for a server on the script backend")
 
 
@@ -104,7 +111,10 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(422, "a task may carry a script only when the server runs LLAMA_BACKEND=script")
         request = body.model_dump(exclude={"goal"}, exclude_none=True)
         try:
+            request["profile"] = profiles.choose(service.settings, body.profile)
             record = service.manager.submit(body.goal, request)
+        except profiles.Forbidden as e:
+            raise HTTPException(403, str(e)) from None
         except Busy as e:
             raise HTTPException(429, str(e)) from None
         except SandshellError as e:
@@ -117,8 +127,12 @@ def create_app(service: Service) -> FastAPI:
         return {"total": total, "offset": offset, "limit": limit, "tasks": tasks}
 
     @app.get("/v1/tasks/{task_id}", dependencies=Auth)
-    def get_task(task_id: str) -> dict[str, Any]:
-        return task_or_404(task_id)
+    async def get_task(task_id: str, wait: Wait = 0.0) -> dict[str, Any]:
+        """The task: status, result, error, log and the numbers. With `wait`, answers when the task has
+        ended, or after that many seconds with where it stands (a long poll: no need to ask again and again)."""
+        if wait > 0:
+            await until_ended(service.feeds, task_id, lambda: service.manager.is_active(task_id), wait)
+        return await run_in_threadpool(task_or_404, task_id)
 
     @app.post("/v1/tasks/{task_id}/cancel", dependencies=Auth)
     def cancel_task(task_id: str) -> dict[str, Any]:
@@ -126,33 +140,45 @@ def create_app(service: Service) -> FastAPI:
         service.manager.cancel(task_id)
         return task_or_404(task_id)
 
-    def stream_slot(task_id: str) -> None:
-        task_or_404(task_id)
+    def slot() -> None:
         if service.streams >= MAX_STREAMS:
             raise HTTPException(429, f"{MAX_STREAMS} event streams are open; close one and try again")
 
-    streaming = [*Auth, Depends(stream_slot)]
+    def conversation_or_404(conversation_id: str) -> None:
+        if not service.conversations.known(conversation_id):
+            raise HTTPException(404, f"no conversation {conversation_id!r}; POST /v1/chat starts one")
 
-    @app.get("/v1/tasks/{task_id}/events", response_class=EventSourceResponse, dependencies=streaming)
-    async def task_events(
-        task_id: str,
-        last_event_id: Annotated[str | None, Header()] = None,
-        after: Annotated[int | None, Query(ge=0, description="resume after this event (as Last-Event-ID)")] = None,
-        view: Annotated[Literal["exact", "inert"], Query(description="inert: controls shown as text")] = "exact",
-    ) -> AsyncIterator[ServerSentEvent]:
-        """The task's events as Server-Sent Events; each one's id is its number in the recording."""
-        resumed = last_event_id or ""
-        start = after if after is not None else int(resumed) if resumed.isdigit() else 0
-        path = service.store.folder(task_id) / "events.jsonl"
+    async def events(session_id: str, active: Callable[[], bool], resumed: str | None, after: int | None,
+                     view: str) -> AsyncIterator[ServerSentEvent]:  # fmt: skip
+        start = after if after is not None else int(resumed) if resumed and resumed.isdigit() else 0
+        path = service.store.folder(session_id) / "events.jsonl"
         service.streams += 1
         try:
-            items = follow(service.feeds, task_id, path, start, lambda: service.manager.is_active(task_id),
-                           view == "inert", STREAM_SECONDS)  # fmt: skip
-            async for item in items:
+            async for item in follow(service.feeds, session_id, path, start, active, view == "inert", STREAM_SECONDS):
                 if item is not None:
                     yield ServerSentEvent(raw_data=item.data, event=item.type, id=str(item.seq))
         finally:
             service.streams -= 1
+
+    @app.get("/v1/tasks/{task_id}/events", response_class=EventSourceResponse,
+             dependencies=[*Auth, Depends(task_or_404), Depends(slot)])  # fmt: skip
+    async def task_events(
+        task_id: str, last_event_id: Resume = None, after: After = None, view: View = "exact"
+    ) -> AsyncIterator[ServerSentEvent]:
+        """The task's events as Server-Sent Events; each one's id is its number in the recording."""
+        async for e in events(task_id, lambda: service.manager.is_active(task_id), last_event_id, after, view):
+            yield e
+
+    @app.get("/v1/chat/{conversation_id}/events", response_class=EventSourceResponse,
+             dependencies=[*Auth, Depends(conversation_or_404), Depends(slot)])  # fmt: skip
+    async def chat_events(
+        conversation_id: str, last_event_id: Resume = None, after: After = None, view: View = "exact"
+    ) -> AsyncIterator[ServerSentEvent]:
+        """The conversation's events as Server-Sent Events (the types of the task stream), live while it is
+        open; each one's id is its number in the recording. An ended conversation's stream is its recording."""
+        async for e in events(conversation_id, lambda: service.conversations.is_open(conversation_id),
+                              last_event_id, after, view):  # fmt: skip
+            yield e
 
     @app.post("/v1/chat", dependencies=Auth)
     def chat(body: ChatRequest) -> dict[str, Any]:
@@ -160,7 +186,13 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(422, "a chat may carry a script only when the server runs LLAMA_BACKEND=script")
         script = None if body.script is None else [s if isinstance(s, str) else _json(s) for s in body.script]
         try:
-            return service.conversations.say(body.message, body.conversation_id, script)
+            new = body.conversation_id is None  # a new conversation gets the default profile when it names none
+            profile = profiles.choose(service.settings, body.profile) if new or body.profile else None
+            return service.conversations.say(body.message, body.conversation_id, script, profile)
+        except profiles.Forbidden as e:
+            raise HTTPException(403, str(e)) from None
+        except ProfileMismatch as e:
+            raise HTTPException(422, str(e)) from None
         except KeyError:
             why = f"no conversation {body.conversation_id!r}; leave conversation_id out to start one"
             raise HTTPException(404, why) from None

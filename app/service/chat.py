@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,14 +18,19 @@ from sandshell.errors import SandshellError
 from sandshell.runner import Parts, open_session
 from sandshell.sandbox import engine
 from sandshell.service.models import Models
-from sandshell.service.store import Store
-from sandshell.service.tasks import Busy
+from sandshell.service.store import ID, TASK_FILE, Store
+from sandshell.service.tasks import Busy, Wake
 from sandshell.session import events as ev
 from sandshell.session.control import Control
+from sandshell.session.events import Sink
 from sandshell.session.types import public_settings
 from sandshell.workspace import init_workspace
 
 OBSERVATION_CHARS = 16 * 1024
+
+
+class ProfileMismatch(ValueError):
+    """A message asks an open conversation for another profile than the one it runs."""
 
 
 class Collect:
@@ -86,15 +92,21 @@ class Conversation:
 
 
 class Conversations:
-    def __init__(self, settings: Settings, store: Store, models: Models) -> None:
+    def __init__(self, settings: Settings, store: Store, models: Models, notify: Callable[[str], None]) -> None:
         self.settings = settings
         self.store = store
         self.models = models
+        self.notify = notify  # wakes the conversation's event streams
         self.open: dict[str, Conversation] = {}
         self._lock = threading.Lock()
 
-    def say(self, message: str, conversation_id: str | None, script: list[str] | None = None) -> dict[str, Any]:
-        convo = self._get(conversation_id) if conversation_id else self._start(script)
+    def say(self, message: str, conversation_id: str | None, script: list[str] | None = None,
+            profile: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """One turn; `profile` (checked by the caller) is the new conversation's, or must be the open one's."""
+        convo = self._get(conversation_id) if conversation_id else self._start(script, profile)
+        if profile is not None and convo.parts.session.settings.profile != profile:
+            raise ProfileMismatch(f"conversation {convo.id!r} runs the {convo.parts.session.settings.profile} profile; "
+                             "start a new conversation for another")  # fmt: skip
         if not convo.lock.acquire(blocking=False):
             raise Busy("this conversation is still answering its last message; wait for it")
         try:
@@ -117,7 +129,7 @@ class Conversations:
             raise KeyError(conversation_id)
         return convo
 
-    def _start(self, script: list[str] | None) -> Conversation:
+    def _start(self, script: list[str] | None, profile: str | None) -> Conversation:
         self.reap()
         with self._lock:
             if len(self.open) >= self.settings.max_conversations:
@@ -127,22 +139,24 @@ class Conversations:
             conv_id = self.store.new_folder()
             self.open[conv_id] = None  # type: ignore[assignment]  # holds its place while the sandbox starts
         try:
-            return self._open(conv_id, script)
+            return self._open(conv_id, script, profile or self.settings.profile)
         except BaseException:
             with self._lock:
                 self.open.pop(conv_id, None)
             raise
 
-    def _open(self, conv_id: str, script: list[str] | None) -> Conversation:
+    def _open(self, conv_id: str, script: list[str] | None, profile: str) -> Conversation:
         folder = self.store.folder(conv_id)
+        sessions = str(self.settings.path(self.settings.sessions_dir))
         s = engine.least_loaded(self.settings).replace(workspace=str(folder / "workspace"), intro=False, approval=False,
-                                  sessions_dir=str(self.settings.path(self.settings.sessions_dir)))  # fmt: skip
+                                                       sessions_dir=sessions, profile=profile)  # fmt: skip
         init_workspace(s)
         backend, slot = self.models.backend_for(script)
         collect = Collect()
         stack = ExitStack()
         try:
-            parts = stack.enter_context(open_session(s, [collect], Control(), "", backend, lambda _m: None, conv_id))
+            sinks: list[Sink] = [collect, Wake(self.notify, conv_id)]
+            parts = stack.enter_context(open_session(s, sinks, Control(), "", backend, lambda _m: None, conv_id))
             name = getattr(backend, "description", backend.name)
             parts.session.started = time.monotonic()
             parts.session.emit(ev.SessionStarted(conv_id, name, s.profile, s.workspace, public_settings(s)))
@@ -187,6 +201,21 @@ class Conversations:
         for c in idle:
             self._close(c, "timeout", f"the conversation was idle for more than {limit:g}s")
         return [c.id for c in idle]
+
+    def is_open(self, conversation_id: str) -> bool:
+        with self._lock:
+            return conversation_id in self.open
+
+    def known(self, conversation_id: str) -> bool:
+        """Open, or ended with its recording kept (a task's folder, with its task.json, is not one)."""
+        if self.is_open(conversation_id):
+            return True
+        folder = self.store.folder(conversation_id)
+        return (
+            ID.match(conversation_id) is not None
+            and (folder / "events.jsonl").is_file()
+            and not (folder / TASK_FILE).exists()
+        )
 
     def count(self) -> int:
         with self._lock:

@@ -135,3 +135,21 @@ async def follow(
                 await asyncio.wait_for(wake.wait(), timeout=min(KEEPALIVE_SECONDS, max(0.0, deadline - loop.time())))
             except TimeoutError:
                 yield None
+
+
+async def until_ended(feeds: Feeds, task_id: str, active: Callable[[], bool], seconds: float) -> None:
+    """Return once `active()` is false (the task has ended), or after `seconds`; woken by the task's events."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    async with feeds.subscribe(task_id) as wake:
+        while active():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            wake.clear()
+            if not active():  # ended between the check and the clear: its wake-up may be gone
+                return
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=left)
+            except TimeoutError:
+                return

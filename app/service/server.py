@@ -14,6 +14,7 @@ from sandshell import config
 from sandshell.config import Settings
 from sandshell.inert import say
 from sandshell.sandbox import engine
+from sandshell.service import profiles
 from sandshell.service.auth import load_token, token_file
 from sandshell.service.chat import Conversations
 from sandshell.service.feed import Feeds
@@ -37,7 +38,7 @@ class Service:
             log(f"removed leftover container {name}")
         self.models = Models(settings, say=log)
         self.manager = TaskManager(settings, self.store, self.models, self.feeds.notify)
-        self.conversations = Conversations(settings, self.store, self.models)
+        self.conversations = Conversations(settings, self.store, self.models, self.feeds.notify)
         self.streams = 0
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_idle, name="sandshell-reaper", daemon=True)
@@ -57,7 +58,8 @@ class Service:
             self.conversations.reap()
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "backend": self.models.description, **self.manager.counts(),
+        return {"status": "ok", "backend": self.models.description, "profiles": list(profiles.offered(self.settings)),
+                **self.manager.counts(),
                 "conversations": self.conversations.count(), "generations": self.models.load()}  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
 from sandshell.model.genconfig import STARTER
-from sandshell.runner import run_task
+from sandshell.runner import LineLog, run_task
 from sandshell.sandbox import engine
 from sandshell.service.models import Models
 from sandshell.service.store import Store, TaskRecord
@@ -124,6 +124,8 @@ class TaskManager:
             out = record.summary()
             out["queue_position"] = self.queue.index(task_id) + 1 if task_id in self.queue else None
             live = self.logs.get(task_id)
+            if live is None and record.log:  # ended, its record not yet on disk
+                live = record.log
             log = list(live) if live is not None else None
         if log is None:
             stored = self.store.load(task_id)
@@ -140,6 +142,7 @@ class TaskManager:
             if task_id in self.queue:
                 self.queue.remove(task_id)
                 self._finish(record, "cancelled", error="cancelled before it started")
+                self.notify(task_id)  # a long poll on it answers now
                 return record
             control = self.controls.get(task_id)
             record.error = "cancelling"
@@ -188,10 +191,12 @@ class TaskManager:
             if req.get("script") is not None:
                 script = (self.store.folder(record.id) / "script.jsonl").read_text(encoding="utf-8").splitlines()
             backend, slot = self.models.backend_for(script)
+            line_log = LineLog(echo=False)
+            with self._cond:
+                self.logs[record.id] = line_log.lines  # the live log, as GET /v1/tasks/{id} shows it
             result = run_task(record.goal, float(req.get("timeout", 300.0)), int(req.get("max_steps", 20)),
                               settings=place(self.settings, record), backend=backend, control=control,
-                              sinks=[Wake(self.notify, record.id), _LogTap(self.logs, record.id)],
-                              session_id=record.id)  # fmt: skip
+                              sinks=[Wake(self.notify, record.id)], session_id=record.id, log=line_log)  # fmt: skip
         except SandshellError as e:
             result = {"status": "error", "error": str(e)}
         except Exception as e:  # a bug: the task still ends with a reason, the worker lives on
@@ -209,7 +214,10 @@ class TaskManager:
             for key in ("result", "error", "turns", "seconds", "tokens_in", "tokens_out"):
                 if key in result:
                     setattr(record, key, result[key])
-            self._finish(record, status, error=result.get("error"))
+            record.status, record.error, record.ended = status, result.get("error"), time.time()
+        self._save(record)  # outside the lock: an fsync holds up no other worker and no reader
+        with self._cond:
+            record.log = []  # on disk now; read back when asked
         self.notify(record.id)
 
     def _finish(self, record: TaskRecord, status: str, error: str | None = None) -> None:
@@ -234,16 +242,3 @@ class TaskManager:
         deadline = time.monotonic() + wait
         for w in self._workers:
             w.join(max(0.0, deadline - time.monotonic()))
-
-
-class _LogTap:
-    """Keeps the live log of a running task (the last lines, as run_task's log has them)."""
-
-    def __init__(self, logs: dict[str, list[str]], task_id: str) -> None:
-        from sandshell.runner import LineLog
-
-        self.line_log = LineLog(echo=False)
-        logs[task_id] = self.line_log.lines
-
-    def emit(self, event: Event) -> None:
-        self.line_log.emit(event)
