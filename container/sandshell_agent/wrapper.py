@@ -25,7 +25,7 @@ NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
 def functions(state_dir: str, tag: str) -> list[str]:
     """The wrapper's definitions for a new shell; `tag` makes its variables' names unguessable."""
     st = shlex.quote(state_dir)
-    c, n, h = f"__ss_c_{tag}", f"__ss_n_{tag}", f"__ss_h_{tag}"
+    c, n, h, t = f"__ss_c_{tag}", f"__ss_n_{tag}", f"__ss_h_{tag}", f"__ss_t_{tag}"
     return [
         # The state a replacement shell starts from: written after every command and when the shell ends.
         f"__ss_save() {{ builtin export -p >| {st}/exports.sh; builtin declare -f >| {st}/functions.sh;"
@@ -36,9 +36,16 @@ def functions(state_dir: str, tag: str) -> list[str]:
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
         f" then builtin unset -f __ss_syntax_{tag}; return 0; fi; {h}=syntax; return 2; }}",
-        f"__ss_out() {{ builtin local -; builtin set +xveu; __ss_save;"
+        # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`). A trap
+        # the model sets (`trap 'rm -rf "$tmp"' EXIT`, pasted from a script) or clears replaces it:
+        # after each command, put the save back in front of whatever the model's trap runs.
+        f"__ss_arm() {{ builtin trap -p EXIT >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
+        f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"*) builtin return;; esac;"
+        f" {t}=${{{t}#trap -- }}; {t}=${{{t}% EXIT}}; builtin eval \"{t}=${{{t}:-''}}\";"
+        f' builtin trap -- "\\__ss_save${{{t}:+; ${t}}}" EXIT; }} 2>/dev/null',
+        f"__ss_out() {{ builtin local -; builtin set +xveu; __ss_arm; __ss_save;"
         f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "$1" "$PWD" "${h}" >&{STATUS_FD}; }}',
-        "builtin readonly -f __ss_save __ss_in __ss_out",
+        "builtin readonly -f __ss_save __ss_arm __ss_in __ss_out",
         # TERM ends the whole command line (a loop, the statements after it), not just its children.
         # EXIT first: a TERM trap set before it and reset later (`trap - TERM`) would leave bash dying
         # of TERM without running its EXIT trap, and the state of the command at hand would be lost.
