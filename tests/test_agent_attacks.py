@@ -22,6 +22,28 @@ def box(workspace: Path) -> Iterator[Sandbox]:
         yield sb
 
 
+def _where(sb: Sandbox) -> tuple[str, str]:
+    """(what the result says the cwd is, what the shell itself says)."""
+    r = sb.execute("builtin pwd")
+    return r.cwd, r.output.strip()
+
+
+def test_a_cd_function_of_the_models_is_not_what_a_new_shell_runs(box: Sandbox) -> None:
+    """`cd() { builtin cd "$@" && ls; }` is a common convenience. A new shell must not run it to
+    reach the saved cwd: its output would land in the next command's, and a `cd` that fails
+    would leave the shell elsewhere than the result says."""
+    box.execute('cd() { builtin cd "$@" && echo "now in $PWD"; }')
+    r = box.execute("cd /etc; exit 3")
+    assert r.restarted and r.cwd == "/etc" and r.output == "now in /etc\n", r
+    r = box.execute("pwd")
+    assert r.output == "/etc\n" and r.cwd == "/etc", r  # nothing from the new shell's start-up
+    box.execute("cd() { echo refused; return 1; }")
+    r = box.execute("builtin cd /usr && exit 0")
+    assert r.restarted and r.cwd == "/usr", r
+    r = box.execute("builtin pwd")
+    assert r.output == "/usr\n" and r.cwd == "/usr", r
+
+
 def test_the_models_own_exit_trap_does_not_lose_the_state_of_an_exiting_command(box: Sandbox) -> None:
     """A script pasted at the prompt sets `trap 'rm -rf "$tmp"' EXIT`; later a command changes
     folder and exports, then exits (or `set -e` ends it): the new shell starts from that state,
@@ -36,3 +58,19 @@ def test_the_models_own_exit_trap_does_not_lose_the_state_of_an_exiting_command(
     assert r.restarted and "never" not in r.output, r
     r = box.execute("echo $AGAIN; pwd")
     assert r.output == "1\n/usr\n", r
+
+
+def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: Path) -> None:
+    """Locked, root has no CAP_DAC_OVERRIDE: `chmod 000 .` (or `chmod -R 644 .`, which takes the
+    x bit off every folder) leaves the saved cwd one the next shell cannot enter. The agent must
+    start that shell elsewhere and say where, not die (it is PID 1: the container goes with it)."""
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, profile="locked")
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        r = sb.execute("mkdir -p /tmp/shut && cd /tmp/shut && chmod 000 .")
+        assert r.return_code == 0 and r.cwd == "/tmp/shut", r
+        r = sb.execute("exit 4")
+        assert r.restarted and r.return_code == 4, r
+        said, real = _where(sb)
+        assert said == real == r.cwd != "/tmp/shut", (r, said, real)  # the result said where the new shell is
+        r = sb.execute("echo alive")
+        assert r.output == "alive\n" and r.return_code == 0 and not r.restarted, r

@@ -72,6 +72,7 @@ class Shell:
         self.file_limit = file_limit  # RLIMIT_FSIZE for bash and all it starts (0: none)
         self.home = home
         self.cwd = cwd
+        self.first_cwd = cwd  # where a new shell starts when the last cwd cannot be entered
         self.proc: subprocess.Popen[bytes] | None = None
         self.control = -1  # bash's stdin: the lines that run commands (non-blocking)
         self.unsent = bytearray()  # what bash has not read of them yet
@@ -90,17 +91,9 @@ class Shell:
         err_r, err_w = _channel()
         self.control, control_r = _channel()
 
-        self.proc = subprocess.Popen(
-            ["/bin/bash", "--noprofile", "--norc"],
-            stdin=control_r,
-            stdout=out_w,
-            stderr=err_w,
-            env=base_env(self.home),
-            cwd=self.cwd if os.path.isdir(self.cwd) else "/",
-            start_new_session=True,  # a signal to the agent's group never reaches it
-            pass_fds=(status_w,),
-            close_fds=True,
-        )
+        if restore:
+            self.cwd = self._saved_cwd() or self.cwd
+        self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         if self.file_limit:  # before bash reads its first line; without CAP_SYS_RESOURCE it cannot be raised
             resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
@@ -117,11 +110,38 @@ class Shell:
         self.run_line = run_line(tag)
         if restore:
             for name in ("exports.sh", "functions.sh"):
-                path = os.path.join(self.state_dir, name)
-                prelude.append(f"[ -f {shlex.quote(path)} ] && . {shlex.quote(path)} 2>/dev/null")  # no FIFO
-            self.cwd = self._saved_cwd() or self.cwd
-        prelude.append(f"cd -- {shlex.quote(self.cwd)} 2>/dev/null")
+                path = shlex.quote(os.path.join(self.state_dir, name))
+                prelude.append(f"builtin [ -f {path} ] && builtin . {path} 2>/dev/null")  # no FIFO
+        # `builtin`: the model's functions are loaded by now, and a `cd` of its own must not run here.
+        prelude.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         self._send("\n".join(prelude) + "\n")
+
+    def _spawn(self, stdin: int, stdout: int, stderr: int, status: int) -> tuple[subprocess.Popen[bytes], str]:
+        """Start bash in the cwd wanted, or where it can start: a folder the model made one it cannot
+        enter (`chmod 000 .` where root has no CAP_DAC_OVERRIDE) must not take the agent down."""
+        tried: list[str] = []
+        for where in (self.cwd, self.first_cwd, "/"):
+            if where in tried:
+                continue
+            tried.append(where)
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/bash", "--noprofile", "--norc"],
+                    stdin=stdin,
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=base_env(self.home),
+                    cwd=where,
+                    start_new_session=True,  # a signal to the agent's group never reaches it
+                    pass_fds=(status,),
+                    close_fds=True,
+                )
+            except OSError:
+                if where == "/":
+                    raise
+                continue
+            return proc, where
+        raise AssertionError("unreachable: / was tried last")
 
     def _saved_cwd(self) -> str | None:
         # read_text: the file is within the model's reach, and a FIFO there must not block the agent
