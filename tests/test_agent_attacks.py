@@ -74,3 +74,15 @@ def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: 
         assert said == real == r.cwd != "/tmp/shut", (r, said, real)  # the result said where the new shell is
         r = sb.execute("echo alive")
         assert r.output == "alive\n" and r.return_code == 0 and not r.restarted, r
+
+
+def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox) -> None:
+    """`TMOUT` is read's default timeout; hardened profiles set it (often readonly). A command bash
+    has not finished reading when it runs out was cut short, and the rest of it (here the body of
+    a heredoc) ran as commands of its own."""
+    assert box.execute("readonly TMOUT=0.01; echo set").output == "set\n"
+    body = "touch /tmp/ran-from-the-body\n" * 8000  # ~230 KB: bash reads it a byte at a time
+    r = box.execute(f"cat > /tmp/note <<'EOF'\n{body}EOF\nwc -l < /tmp/note", timeout=20)
+    assert r.output == "8000\n" and r.return_code == 0 and not r.timed_out, r
+    r = box.execute("ls /tmp/ran-from-the-body 2>&1; echo $TMOUT")
+    assert "No such file" in r.output and r.output.endswith("0.01\n"), r

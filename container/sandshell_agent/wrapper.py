@@ -20,6 +20,8 @@ import shlex
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
+# An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
+READ_SECONDS = 99999999
 
 
 def functions(state_dir: str, tag: str) -> list[str]:
@@ -30,9 +32,12 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # The state a replacement shell starts from: written after every command and when the shell ends.
         f"__ss_save() {{ builtin export -p >| {st}/exports.sh; builtin declare -f >| {st}/functions.sh;"
         f' builtin printf %s "$PWD" >| {st}/cwd; }} 2>/dev/null',
-        # Read "nonce command NUL"; defining a function parses the whole command without running any
-        # of it, so a syntax error (an unterminated quote or heredoc) is reported and nothing half-runs.
-        f"__ss_in() {{ builtin local -; builtin set +xveu; {h}=ran; IFS= builtin read -r -d '' {c} || return 2;"
+        # Read "nonce command NUL". A read that fails (a builtin disabled, a variable in the way) ends
+        # the shell: what is left of the command on bash's input must never run as lines of its own.
+        # Defining a function parses the whole command without running any of it, so a syntax error
+        # (an unterminated quote or heredoc) is reported and nothing half-runs.
+        f"__ss_in() {{ builtin local -; builtin set +xveu; {h}=ran;"
+        f" IFS= builtin read -r -t {READ_SECONDS} -d '' {c} || builtin exit 2;"
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
         f" then builtin unset -f __ss_syntax_{tag}; return 0; fi; {h}=syntax; return 2; }}",
