@@ -6,6 +6,7 @@ Each test gets a sandbox of its own: what they plant outlives a replaced shell (
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +87,32 @@ def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox)
     assert r.output == "8000\n" and r.return_code == 0 and not r.timed_out, r
     r = box.execute("ls /tmp/ran-from-the-body 2>&1; echo $TMOUT")
     assert "No such file" in r.output and r.output.endswith("0.01\n"), r
+
+
+THIEF = r"""exec 5<&10 7>&11; P=$$; python3 -c '
+import os, signal, sys, time
+time.sleep(0.5)  # the command that planted it has ended: bash waits for the next one
+os.kill(int(sys.argv[1]), signal.SIGSTOP)  # so the next command is ours to read, whole
+data = b""
+while b"\0" not in data:
+    data += os.read(0, 65536)
+nonce = data.split(b"\n", 1)[1][:32]
+os.write(1, nonce + b"\0" + b"0\0/app\0ran\0")  # the record the agent waits for
+os.kill(int(sys.argv[1]), signal.SIGCONT)
+' $P <&5 >&7 2>/dev/null & echo planted"""
+
+
+def test_a_process_holding_the_shells_own_descriptors_cannot_answer_for_it(box: Sandbox) -> None:
+    """During a command bash holds its input and its status channel on fds 10 and 11 (saved
+    around the `eval`): a command can copy them (`exec 5<&10 7>&11`) and give them to a process
+    that stops bash, reads the next command off its input with its nonce and writes the status
+    record itself. That command then never ran, yet came back as a success. The status must be
+    taken only from bash itself: a swallowed command may time out, never pass for one that ran."""
+    assert box.execute(THIEF).output == "planted\n"
+    time.sleep(1.0)
+    r = box.execute("echo ran-for-real; false", timeout=3)
+    forged = r.return_code == 0 and not r.timed_out and "ran-for-real" not in r.output
+    assert not forged, r
+    assert r.timed_out or (r.return_code == 1 and r.output == "ran-for-real\n"), r
+    r = box.execute("echo next; false")
+    assert r.output == "next\n" and r.return_code == 1 and not r.timed_out, r

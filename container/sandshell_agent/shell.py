@@ -8,11 +8,13 @@ import secrets
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 
 from . import files, procs
 from .wrapper import STATUS_FD, functions, run_line
 
+CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
 
 NONINTERACTIVE_ENV = {
@@ -87,6 +89,8 @@ class Shell:
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
         status_r, status_w = _channel()
+        with socket.socket(fileno=os.dup(status_r)) as sock:  # the kernel tells who wrote each byte
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         out_r, out_w = _channel()
         err_r, err_w = _channel()
         self.control, control_r = _channel()
@@ -246,14 +250,35 @@ class Shell:
                 self.unsent.clear()
         return True
 
-    def read_status(self) -> tuple[int, str, bool] | None:
-        """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
+    def _read_from_bash(self) -> tuple[bytes, bool] | None:
+        """A read of the status channel (b"" at its end) and whether bash itself wrote it; None
+        when nothing is there. A command can copy the channel (`exec 7>&11`: bash holds it on a
+        saved fd around the eval) and give it to a process that reads the next command's nonce
+        off bash's input: the kernel names each writer (SO_PASSCRED), so its record is not bash's."""
+        sock = socket.socket(fileno=self.status_r)
         try:
-            data = os.read(self.status_r, 4096)
+            data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(CRED_SIZE))
         except BlockingIOError:
             return None
+        finally:
+            sock.detach()
+        pids = [
+            struct.unpack("i", cred[:4])[0]
+            for level, kind, cred in ancillary
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(cred) >= CRED_SIZE
+        ]
+        return data, pids == [self.pid]
+
+    def read_status(self) -> tuple[int, str, bool] | None:
+        """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
+        got = self._read_from_bash()
+        if got is None:
+            return None
+        data, from_bash = got
         if not data:
             raise EOFError("the shell closed its status pipe")
+        if not from_bash:
+            return None  # dropped: another process wrote it
         self._status_buf += data
         start = self._status_buf.rfind(self.nonce + b"\0") if self.nonce else -1
         if start < 0:
