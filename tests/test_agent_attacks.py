@@ -116,3 +116,14 @@ def test_a_process_holding_the_shells_own_descriptors_cannot_answer_for_it(box: 
     assert r.timed_out or (r.return_code == 1 and r.output == "ran-for-real\n"), r
     r = box.execute("echo next; false")
     assert r.output == "next\n" and r.return_code == 1 and not r.timed_out, r
+
+
+def test_strict_mode_error_traps_see_only_the_models_own_failures(box: Sandbox) -> None:
+    """`set -Eeuo pipefail; trap 'echo "error on line $LINENO"' ERR` is pasted from scripts. With
+    `-E` functions inherit the ERR trap: a command of the wrapper's that fails must not fire it."""
+    assert box.execute("set -E; trap 'echo ERR-TRAP' ERR").return_code == 0
+    for command in ("true", "echo x", "cd /etc", "export A=1"):
+        r = box.execute(command)
+        assert "ERR-TRAP" not in r.output and r.return_code == 0, r
+    r = box.execute("false")
+    assert "ERR-TRAP" in r.output and r.return_code == 1, r

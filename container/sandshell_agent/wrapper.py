@@ -36,7 +36,7 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # the shell: what is left of the command on bash's input must never run as lines of its own.
         # Defining a function parses the whole command without running any of it, so a syntax error
         # (an unterminated quote or heredoc) is reported and nothing half-runs.
-        f"__ss_in() {{ builtin local -; builtin set +xveu; {h}=ran;"
+        f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran;"
         f" IFS= builtin read -r -t {READ_SECONDS} -d '' {c} || builtin exit 2;"
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
@@ -48,7 +48,7 @@ def functions(state_dir: str, tag: str) -> list[str]:
         f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"*) builtin return;; esac;"
         f" {t}=${{{t}#trap -- }}; {t}=${{{t}% EXIT}}; builtin eval \"{t}=${{{t}:-''}}\";"
         f' builtin trap -- "\\__ss_save${{{t}:+; ${t}}}" EXIT; }} 2>/dev/null',
-        f"__ss_out() {{ builtin local -; builtin set +xveu; __ss_arm; __ss_save;"
+        f"__ss_out() {{ builtin local -; builtin set +xveuE; __ss_arm; __ss_save;"
         f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "$1" "$PWD" "${h}" >&{STATUS_FD}; }}',
         "builtin readonly -f __ss_save __ss_arm __ss_in __ss_out",
         # TERM ends the whole command line (a loop, the statements after it), not just its children.
