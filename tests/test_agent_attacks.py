@@ -73,6 +73,7 @@ def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: 
         assert r.restarted and r.return_code == 4, r
         said, real = _where(sb)
         assert said == real == r.cwd != "/tmp/shut", (r, said, real)  # the result said where the new shell is
+        assert r.notice and "could not enter /tmp/shut" in r.notice and "same cwd" not in (r.error or ""), r
         r = sb.execute("echo alive")
         assert r.output == "alive\n" and r.return_code == 0 and not r.restarted, r
 

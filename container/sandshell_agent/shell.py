@@ -75,6 +75,7 @@ class Shell:
         self.home = home
         self.cwd = cwd
         self.first_cwd = cwd  # where a new shell starts when the last cwd cannot be entered
+        self.unreachable: str | None = None  # the cwd the last start wanted and could not enter
         self.proc: subprocess.Popen[bytes] | None = None
         self.control = -1  # bash's stdin: the lines that run commands (non-blocking)
         self.unsent = bytearray()  # what bash has not read of them yet
@@ -97,7 +98,9 @@ class Shell:
 
         if restore:
             self.cwd = self._saved_cwd() or self.cwd
+        wanted = self.cwd
         self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
+        self.unreachable = wanted if self.cwd != wanted else None
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         if self.file_limit:  # before bash reads its first line; without CAP_SYS_RESOURCE it cannot be raised
             resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
