@@ -128,3 +128,18 @@ def test_strict_mode_error_traps_see_only_the_models_own_failures(box: Sandbox) 
         assert "ERR-TRAP" not in r.output and r.return_code == 0, r
     r = box.execute("false")
     assert "ERR-TRAP" in r.output and r.return_code == 1, r
+
+
+def test_the_models_own_term_trap_does_not_let_a_timed_out_line_go_on(box: Sandbox) -> None:
+    """`trap cleanup EXIT INT TERM` comes with pasted scripts. A timeout sends the shell TERM: the
+    model's trap ran and the line went on to its next statement, the one after the timed-out
+    step, before the hard kill (which also lost the state of that command)."""
+    box.execute("trap 'echo caught' TERM")
+    r = box.execute("cd /etc; export K=1; sleep 30; touch /tmp/after-the-timeout", timeout=2)
+    assert r.timed_out and r.return_code != 0, r
+    time.sleep(1.5)
+    r = box.execute("ls /tmp/after-the-timeout 2>&1; echo $K; pwd")
+    assert "No such file" in r.output and r.output.endswith("1\n/etc\n"), r
+    r = box.execute("trap '' TERM; echo ignored")  # ignoring TERM stays the model's choice
+    r = box.execute("trap -p TERM")
+    assert r.output == "trap -- '' SIGTERM\n", r

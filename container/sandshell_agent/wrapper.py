@@ -41,14 +41,17 @@ def functions(state_dir: str, tag: str) -> list[str]:
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
         f" then builtin unset -f __ss_syntax_{tag}; return 0; fi; {h}=syntax; return 2; }}",
-        # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`). A trap
-        # the model sets (`trap 'rm -rf "$tmp"' EXIT`, pasted from a script) or clears replaces it:
-        # after each command, put the save back in front of whatever the model's trap runs.
-        f"__ss_arm() {{ builtin trap -p EXIT >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
-        f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"*) builtin return;; esac;"
-        f" {t}=${{{t}#trap -- }}; {t}=${{{t}% EXIT}}; builtin eval \"{t}=${{{t}:-''}}\";"
-        f' builtin trap -- "\\__ss_save${{{t}:+; ${t}}}" EXIT; }} 2>/dev/null',
-        f"__ss_out() {{ builtin local -; builtin set +xveuE; __ss_arm; __ss_save;"
+        # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`); the TERM
+        # trap ends a timed-out command line. A trap the model sets (`trap cleanup EXIT INT TERM`,
+        # pasted from a script) or clears replaces them: after each command, put the wrapper's back
+        # around whatever the model's trap runs ($1: the signal, $2: what follows the model's code).
+        # A signal the model ignores (`trap '' TERM`) stays ignored: the agent freezes such a shell.
+        f"__ss_arm() {{ builtin trap -p $1 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
+        f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"* | \"trap -- '' \"*) builtin return;; esac;"
+        f" {t}=${{{t}#trap -- }}; {t}=${{{t}% *}}; builtin eval \"{t}=${{{t}:-''}}\";"
+        f' builtin trap -- "\\__ss_save${{{t}:+\n${t}}}$2" $1; }} 2>/dev/null',
+        f"__ss_out() {{ builtin local -; builtin set +xveuE; __ss_arm EXIT '';"
+        f" __ss_arm TERM $'\\nbuiltin exit 143'; __ss_save;"
         f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "$1" "$PWD" "${h}" >&{STATUS_FD}; }}',
         "builtin readonly -f __ss_save __ss_arm __ss_in __ss_out",
         # TERM ends the whole command line (a loop, the statements after it), not just its children.
