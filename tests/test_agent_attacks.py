@@ -143,3 +143,16 @@ def test_the_models_own_term_trap_does_not_let_a_timed_out_line_go_on(box: Sandb
     r = box.execute("trap '' TERM; echo ignored")  # ignoring TERM stays the model's choice
     r = box.execute("trap -p TERM")
     assert r.output == "trap -- '' SIGTERM\n", r
+
+
+def test_exec_keeps_the_state_the_command_set_before_it(box: Sandbox) -> None:
+    """`exec PROGRAM` replaces bash without running its EXIT trap: the cwd and exports the same
+    command set before it were lost, though the exec'd program started with them."""
+    r = box.execute("cd /usr && export VIA_EXEC=1 && exec sleep 1", timeout=10)
+    assert r.restarted and r.cwd == "/usr", r
+    r = box.execute("echo $VIA_EXEC; pwd")
+    assert r.output == "1\n/usr\n", r
+    r = box.execute("cd /etc && export VIA_EXEC=2 && exec bash")  # 'reload the shell': ends at once
+    assert r.restarted, r
+    r = box.execute("echo $VIA_EXEC; pwd")
+    assert r.output in ("2\n/etc\n", "1\n/usr\n"), r  # the new bash may end before it is read

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import diskguard, files, procs
+from . import diskguard, execstate, files, procs
 from .command import Command, Limits
 from .shell import Shell
 
@@ -143,6 +143,7 @@ class Runner:
             return
         if self.shell.alive():
             # `exec` replaced the shell with another program: that program is the command now.
+            execstate.keep(self.shell.pid, self.shell.state_dir)  # at once: it may end at once
             self.sel.unregister(self.shell.status_r)
             self.replaced = True
             return
