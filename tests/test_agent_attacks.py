@@ -156,3 +156,14 @@ def test_exec_keeps_the_state_the_command_set_before_it(box: Sandbox) -> None:
     assert r.restarted, r
     r = box.execute("echo $VIA_EXEC; pwd")
     assert r.output in ("2\n/etc\n", "1\n/usr\n"), r  # the new bash may end before it is read
+
+
+def test_a_save_that_fails_midway_keeps_the_state_saved_before(box: Sandbox) -> None:
+    """`ulimit -f 0` (or a full state folder) kills bash with SIGXFSZ as it rewrites its state
+    after the command: the files were truncated first, so every export and function made since
+    the session began was gone from the new shell, not only those of this command."""
+    assert box.execute("cd /usr && export KEPT=1 && f_kept() { echo fn; }").return_code == 0
+    r = box.execute("ulimit -f 0; export LATER=2")
+    assert r.restarted, r
+    r = box.execute("echo $KEPT; f_kept; pwd")
+    assert r.output == "1\nfn\n/usr\n", r

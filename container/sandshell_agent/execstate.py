@@ -12,6 +12,8 @@ import re
 import shlex
 import stat
 
+from .wrapper import WHOLE
+
 BASH_ARGV = b"/bin/bash\0--noprofile\0--norc\0"  # the agent's own bash: not replaced (a channel closed)
 ENV_LIMIT = 8 * 1024 * 1024
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -47,6 +49,7 @@ def capture(pid: int) -> tuple[str, bytes] | None:
             cwd = pwd
     except OSError:
         pass
+    lines.append(WHOLE + "\n")  # written to its end: the copy a new shell restores from
     return cwd, "".join(lines).encode("utf-8", "surrogateescape")
 
 

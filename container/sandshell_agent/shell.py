@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from . import files, procs
-from .wrapper import STATUS_FD, functions, run_line
+from .wrapper import STATUS_FD, functions, restore_lines, run_line
 
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
@@ -116,9 +116,7 @@ class Shell:
         prelude += functions(self.state_dir, tag)
         self.run_line = run_line(tag)
         if restore:
-            for name in ("exports.sh", "functions.sh"):
-                path = shlex.quote(os.path.join(self.state_dir, name))
-                prelude.append(f"builtin [ -f {path} ] && builtin . {path} 2>/dev/null")  # no FIFO
+            prelude += restore_lines(self.state_dir)
         # `builtin`: the model's functions are loaded by now, and a `cd` of its own must not run here.
         prelude.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         self._send("\n".join(prelude) + "\n")

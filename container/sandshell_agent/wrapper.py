@@ -16,12 +16,36 @@ agent still checks the reported working directory against the kernel's (`Shell.r
 
 from __future__ import annotations
 
+import os
 import shlex
+
+from . import files
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
+
+
+WHOLE = "# sandshell: whole"  # the last line of a state script written to its end
+SAVED_AS = ("", ".prev")  # the two copies of each state script, in the order they are written
+
+
+def _twice(st: str, name: str, dump: str) -> str:
+    first, second = (f"{st}/{name}{suffix}" for suffix in SAVED_AS)
+    whole = f"{{ {dump} && builtin printf '%s\\n' '{WHOLE}'; }}"
+    return f"{whole} >| {first} && {whole} >| {second}"
+
+
+def restore_lines(state_dir: str) -> list[str]:
+    """What a replacement shell runs to get the saved exports and functions back: of each script,
+    the first copy written whole (a regular file: never a FIFO, not even one swapped in later)."""
+    lines = []
+    for name in ("exports.sh", "functions.sh"):
+        copies = (os.path.join(state_dir, name + suffix) for suffix in SAVED_AS)
+        for path in [shlex.quote(p) for p in copies if files.ends_with(p, WHOLE)][:1]:
+            lines.append(f"builtin [ -f {path} ] && builtin . {path} 2>/dev/null")
+    return lines
 
 
 def functions(state_dir: str, tag: str) -> list[str]:
@@ -30,7 +54,11 @@ def functions(state_dir: str, tag: str) -> list[str]:
     c, n, h, t = f"__ss_c_{tag}", f"__ss_n_{tag}", f"__ss_h_{tag}", f"__ss_t_{tag}"
     return [
         # The state a replacement shell starts from: written after every command and when the shell ends.
-        f"__ss_save() {{ builtin export -p >| {st}/exports.sh; builtin declare -f >| {st}/functions.sh;"
+        # Each script twice, each copy ending with WHOLE once written whole, the second only once the
+        # first is: a save that fails midway (SIGXFSZ under `ulimit -f 0`, a full folder, a builtin
+        # disabled) leaves one whole copy, this command's or the one before (see Shell.start).
+        f"__ss_save() {{ {_twice(st, 'exports.sh', 'builtin export -p')};"
+        f" {_twice(st, 'functions.sh', 'builtin declare -f')};"
         f' builtin printf %s "$PWD" >| {st}/cwd; }} 2>/dev/null',
         # Read "nonce command NUL". A read that fails (a builtin disabled, a variable in the way) ends
         # the shell: what is left of the command on bash's input must never run as lines of its own.
