@@ -167,3 +167,14 @@ def test_a_save_that_fails_midway_keeps_the_state_saved_before(box: Sandbox) -> 
     assert r.restarted, r
     r = box.execute("echo $KEPT; f_kept; pwd")
     assert r.output == "1\nfn\n/usr\n", r
+
+
+def test_a_closed_stderr_costs_nothing_but_stderr(box: Sandbox) -> None:
+    """`exec 2>&-` (meant as `2>/dev/null`): the wrapper's read of the next command duplicated
+    fd 2 for syntax errors, failed, and left the command unread on bash's input: it timed out
+    and the shell was killed. Syntax errors still reach the model when its stderr is gone."""
+    assert box.execute("exec 2>&-").return_code == 0
+    r = box.execute("cd /etc; echo still", timeout=5)
+    assert r.output == "still\n" and r.return_code == 0 and not r.timed_out and r.cwd == "/etc", r
+    r = box.execute("echo 'unterminated", timeout=5)
+    assert r.syntax_error and "unexpected EOF" in r.output and not r.timed_out, r

@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from . import files, procs
-from .wrapper import STATUS_FD, functions, restore_lines, run_line
+from .wrapper import ERROR_FD, STATUS_FD, functions, restore_lines, run_line
 
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
@@ -111,7 +111,7 @@ class Shell:
         self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
         self._status_buf.clear()
-        prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&-", "set +o history", EDITOR_STUBS]
+        prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&- {ERROR_FD}>&2", "set +o history", EDITOR_STUBS]
         tag = secrets.token_hex(4)
         prelude += functions(self.state_dir, tag)
         self.run_line = run_line(tag)

@@ -22,6 +22,7 @@ import shlex
 from . import files
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
+ERROR_FD = 201  # bash's first stderr, where a syntax error goes: the model may close or move fd 2
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
@@ -92,10 +93,12 @@ def functions(state_dir: str, tag: str) -> list[str]:
 def run_line(tag: str) -> bytes:
     """The line bash reads for every command; the nonce and the command follow it on its input.
     The wrapper's insides do not show in `set -x` output (options are local to its functions; a
-    syntax error goes to fd 3, the real stderr); the command runs at top level, so `declare` and
-    `local` mean what they mean at a prompt. (No `{ ...; }` around `__ss_in`: after a syntax error
-    in its `eval`, bash 5.2 then fails to parse the next line.)"""
+    syntax error goes to fd 3, bash's first stderr, which the model's `exec 2>&-` cannot close);
+    the command runs at top level, so `declare` and `local` mean what they mean at a prompt. (No
+    `{ ...; }` around `__ss_in`: after a syntax error in its `eval`, bash 5.2 then fails to parse
+    the next line.)"""
     return (
-        f'\\__ss_in 3>&2 2>/dev/null && \\builtin eval "$__ss_c_{tag}" </dev/null {STATUS_FD}>&-;'
+        f'\\__ss_in 3>&{ERROR_FD} 2>/dev/null && \\builtin eval "$__ss_c_{tag}"'
+        f" </dev/null {STATUS_FD}>&- {ERROR_FD}>&-;"
         f" {{ \\__ss_out $?; }} 2>/dev/null\n"
     ).encode()
