@@ -178,3 +178,16 @@ def test_a_closed_stderr_costs_nothing_but_stderr(box: Sandbox) -> None:
     assert r.output == "still\n" and r.return_code == 0 and not r.timed_out and r.cwd == "/etc", r
     r = box.execute("echo 'unterminated", timeout=5)
     assert r.syntax_error and "unexpected EOF" in r.output and not r.timed_out, r
+
+
+def test_the_next_command_sees_the_last_ones_status_in_dollar_question(box: Sandbox) -> None:
+    """`make` then `echo $?` as two commands, as at a prompt: the second saw 0 whatever the first
+    returned (the wrapper's own read came between), so a failed build looked like a good one."""
+    for command, status in (("false", "1"), ("sh -c 'exit 7'", "7"), ("true", "0"), ("echo 'open", "2")):
+        box.execute(command)
+        r = box.execute("echo $?")
+        assert r.output == f"{status}\n" and r.return_code == 0, (command, r)
+    box.execute("trap 'echo ERR-TRAP' ERR")
+    box.execute("sh -c 'exit 6'")
+    r = box.execute("echo $?")  # handed on in an `if`: neither an ERR trap nor errexit sees it fail
+    assert r.output == "6\n" and not r.restarted, r

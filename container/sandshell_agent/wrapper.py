@@ -52,7 +52,7 @@ def restore_lines(state_dir: str) -> list[str]:
 def functions(state_dir: str, tag: str) -> list[str]:
     """The wrapper's definitions for a new shell; `tag` makes its variables' names unguessable."""
     st = shlex.quote(state_dir)
-    c, n, h, t = f"__ss_c_{tag}", f"__ss_n_{tag}", f"__ss_h_{tag}", f"__ss_t_{tag}"
+    c, n, h, t, r = (f"__ss_{v}_{tag}" for v in "cnhtr")
     return [
         # The state a replacement shell starts from: written after every command and when the shell ends.
         # Each script twice, each copy ending with WHOLE once written whole, the second only once the
@@ -79,10 +79,13 @@ def functions(state_dir: str, tag: str) -> list[str]:
         f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"* | \"trap -- '' \"*) builtin return;; esac;"
         f" {t}=${{{t}#trap -- }}; {t}=${{{t}% *}}; builtin eval \"{t}=${{{t}:-''}}\";"
         f' builtin trap -- "\\__ss_save${{{t}:+\n${t}}}$2" $1; }} 2>/dev/null',
-        f"__ss_out() {{ builtin local -; builtin set +xveuE; __ss_arm EXIT '';"
+        # `$?` at the start of a command is the last command's status, as at a prompt (`make`, then
+        # `echo $?`): the run line tests this in an `if`, so errexit and ERR traps never see it.
+        f'__ss_rc() {{ builtin return "${{{r}:-0}}"; }}',
+        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=$1; __ss_arm EXIT '';"
         f" __ss_arm TERM $'\\nbuiltin exit 143'; __ss_save;"
         f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "$1" "$PWD" "${h}" >&{STATUS_FD}; }}',
-        "builtin readonly -f __ss_save __ss_arm __ss_in __ss_out",
+        "builtin readonly -f __ss_save __ss_arm __ss_in __ss_rc __ss_out",
         # TERM ends the whole command line (a loop, the statements after it), not just its children.
         # EXIT first: a TERM trap set before it and reset later (`trap - TERM`) would leave bash dying
         # of TERM without running its EXIT trap, and the state of the command at hand would be lost.
@@ -97,8 +100,8 @@ def run_line(tag: str) -> bytes:
     the command runs at top level, so `declare` and `local` mean what they mean at a prompt. (No
     `{ ...; }` around `__ss_in`: after a syntax error in its `eval`, bash 5.2 then fails to parse
     the next line.)"""
+    run = f'\\builtin eval "$__ss_c_{tag}" </dev/null {STATUS_FD}>&- {ERROR_FD}>&-'
     return (
-        f'\\__ss_in 3>&{ERROR_FD} 2>/dev/null && \\builtin eval "$__ss_c_{tag}"'
-        f" </dev/null {STATUS_FD}>&- {ERROR_FD}>&-;"
+        f"\\__ss_in 3>&{ERROR_FD} 2>/dev/null && if \\__ss_rc 2>/dev/null; then {run}; else {run}; fi;"
         f" {{ \\__ss_out $?; }} 2>/dev/null\n"
     ).encode()
