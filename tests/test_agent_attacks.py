@@ -191,3 +191,17 @@ def test_the_next_command_sees_the_last_ones_status_in_dollar_question(box: Sand
     box.execute("sh -c 'exit 6'")
     r = box.execute("echo $?")  # handed on in an `if`: neither an ERR trap nor errexit sees it fail
     assert r.output == "6\n" and not r.restarted, r
+
+
+def test_strict_mode_at_the_prompt_behaves_as_at_a_prompt(box: Sandbox) -> None:
+    """`set -euo pipefail` pasted at the prompt. The command ran inside an `eval` whose own
+    status errexit and the ERR trap saw as one more failure: `[ -d build ] && rm -r build`
+    (status 1, which errexit ignores) ended the shell (its options lost with it), and every
+    failed command fired the ERR trap twice."""
+    box.execute("set -eo pipefail; trap 'echo ERR-TRAP' ERR")
+    r = box.execute("[ -d /nope ] && echo yes")
+    assert r.return_code == 1 and not r.restarted and r.output == "", r
+    r = box.execute("echo $-; shopt -o pipefail | tr -s ' \\t' ' '")
+    assert "e" in r.output.split("\n")[0] and "pipefail on" in r.output and not r.restarted, r
+    r = box.execute("sh -c 'exit 3'")  # a failure errexit does see: the shell ends, as at a prompt
+    assert r.output == "ERR-TRAP\n" and r.return_code == 3 and r.restarted, r

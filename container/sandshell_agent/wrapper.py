@@ -52,7 +52,7 @@ def restore_lines(state_dir: str) -> list[str]:
 def functions(state_dir: str, tag: str) -> list[str]:
     """The wrapper's definitions for a new shell; `tag` makes its variables' names unguessable."""
     st = shlex.quote(state_dir)
-    c, n, h, t, r = (f"__ss_{v}_{tag}" for v in "cnhtr")
+    c, n, h, t, r, k = (f"__ss_{v}_{tag}" for v in "cnhtrk")
     return [
         # The state a replacement shell starts from: written after every command and when the shell ends.
         # Each script twice, each copy ending with WHOLE once written whole, the second only once the
@@ -65,11 +65,16 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # the shell: what is left of the command on bash's input must never run as lines of its own.
         # Defining a function parses the whole command without running any of it, so a syntax error
         # (an unterminated quote or heredoc) is reported and nothing half-runs.
-        f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran;"
+        f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran; {k}= || builtin exit 2;"
         f" IFS= builtin read -r -t {READ_SECONDS} -d '' {c} || builtin exit 2;"
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
-        f" then builtin unset -f __ss_syntax_{tag}; return 0; fi; {h}=syntax; return 2; }}",
+        f" then builtin unset -f __ss_syntax_{tag}; {c}+=$'\\n{{ \\\\__ss_keep $?; }} 2>/dev/null'; return 0; fi;"
+        f" {h}=syntax; return 2; }}",
+        # The command's status, kept by the line the wrapper adds after it: the eval then ends with
+        # status 0, so errexit and an ERR trap see the command's own failures only, never the
+        # eval's (`set -e; [ -d x ] && ...` ended the shell; each failure fired an ERR trap twice).
+        f"__ss_keep() {{ {k}=$1; }}",
         # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`); the TERM
         # trap ends a timed-out command line. A trap the model sets (`trap cleanup EXIT INT TERM`,
         # pasted from a script) or clears replaces them: after each command, put the wrapper's back
@@ -82,10 +87,10 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # `$?` at the start of a command is the last command's status, as at a prompt (`make`, then
         # `echo $?`): the run line tests this in an `if`, so errexit and ERR traps never see it.
         f'__ss_rc() {{ builtin return "${{{r}:-0}}"; }}',
-        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=$1; __ss_arm EXIT '';"
+        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=${{{k}:-$1}}; __ss_arm EXIT '';"
         f" __ss_arm TERM $'\\nbuiltin exit 143'; __ss_save;"
-        f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "$1" "$PWD" "${h}" >&{STATUS_FD}; }}',
-        "builtin readonly -f __ss_save __ss_arm __ss_in __ss_rc __ss_out",
+        f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "${{{k}:-$1}}" "$PWD" "${h}" >&{STATUS_FD}; }}',
+        "builtin readonly -f __ss_save __ss_arm __ss_in __ss_keep __ss_rc __ss_out",
         # TERM ends the whole command line (a loop, the statements after it), not just its children.
         # EXIT first: a TERM trap set before it and reset later (`trap - TERM`) would leave bash dying
         # of TERM without running its EXIT trap, and the state of the command at hand would be lost.
