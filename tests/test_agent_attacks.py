@@ -205,3 +205,11 @@ def test_strict_mode_at_the_prompt_behaves_as_at_a_prompt(box: Sandbox) -> None:
     assert "e" in r.output.split("\n")[0] and "pipefail on" in r.output and not r.restarted, r
     r = box.execute("sh -c 'exit 3'")  # a failure errexit does see: the shell ends, as at a prompt
     assert r.output == "ERR-TRAP\n" and r.return_code == 3 and r.restarted, r
+
+
+def test_dollar_underscore_is_the_last_commands_last_argument(box: Sandbox) -> None:
+    """`mkdir -p build/out` then `cd $_`, as at a prompt: `$_` was the wrapper's own function's
+    name, so the cd failed and named it."""
+    box.execute("mkdir -p /tmp/deep/er")
+    r = box.execute("cd $_ && pwd")
+    assert r.output == "/tmp/deep/er\n" and r.return_code == 0, r

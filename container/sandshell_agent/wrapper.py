@@ -52,7 +52,7 @@ def restore_lines(state_dir: str) -> list[str]:
 def functions(state_dir: str, tag: str) -> list[str]:
     """The wrapper's definitions for a new shell; `tag` makes its variables' names unguessable."""
     st = shlex.quote(state_dir)
-    c, n, h, t, r, k = (f"__ss_{v}_{tag}" for v in "cnhtrk")
+    c, n, h, t, r, k, u = (f"__ss_{v}_{tag}" for v in "cnhtrku")
     return [
         # The state a replacement shell starts from: written after every command and when the shell ends.
         # Each script twice, each copy ending with WHOLE once written whole, the second only once the
@@ -69,12 +69,13 @@ def functions(state_dir: str, tag: str) -> list[str]:
         f" IFS= builtin read -r -t {READ_SECONDS} -d '' {c} || builtin exit 2;"
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
-        f" then builtin unset -f __ss_syntax_{tag}; {c}+=$'\\n{{ \\\\__ss_keep $?; }} 2>/dev/null'; return 0; fi;"
+        f" then builtin unset -f __ss_syntax_{tag};"
+        f" {c}+=$'\\n{{ \\\\__ss_keep $? \"$_\"; }} 2>/dev/null'; return 0; fi;"
         f" {h}=syntax; return 2; }}",
         # The command's status, kept by the line the wrapper adds after it: the eval then ends with
         # status 0, so errexit and an ERR trap see the command's own failures only, never the
         # eval's (`set -e; [ -d x ] && ...` ended the shell; each failure fired an ERR trap twice).
-        f"__ss_keep() {{ {k}=$1; }}",
+        f"__ss_keep() {{ {k}=$1; {u}=$2; }}",  # and `$_`, which the run line hands on to the next
         # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`); the TERM
         # trap ends a timed-out command line. A trap the model sets (`trap cleanup EXIT INT TERM`,
         # pasted from a script) or clears replaces them: after each command, put the wrapper's back
@@ -107,6 +108,7 @@ def run_line(tag: str) -> bytes:
     the next line.)"""
     run = f'\\builtin eval "$__ss_c_{tag}" </dev/null {STATUS_FD}>&- {ERROR_FD}>&-'
     return (
-        f"\\__ss_in 3>&{ERROR_FD} 2>/dev/null && if \\__ss_rc 2>/dev/null; then {run}; else {run}; fi;"
+        f'\\__ss_in 3>&{ERROR_FD} 2>/dev/null && if \\__ss_rc "${{__ss_u_{tag}-}}" 2>/dev/null;'
+        f" then {run}; else {run}; fi;"
         f" {{ \\__ss_out $?; }} 2>/dev/null\n"
     ).encode()
