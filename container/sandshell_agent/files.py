@@ -49,6 +49,24 @@ def read_text(path: str, limit: int) -> dict[str, Any]:
     return out
 
 
+def ends_with(path: str, line: str) -> bool:
+    """Whether a regular file (never a link or a FIFO) ends with `line` and a newline."""
+    tail = (line + "\n").encode()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < len(tail):
+            return False
+        return os.pread(fd, len(tail), st.st_size - len(tail)) == tail
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def write_text(path: str, content: str, append: bool, owner: tuple[int, int] | None) -> dict[str, Any]:
     """Write a file, creating parent folders; returns the size or an error."""
     try:

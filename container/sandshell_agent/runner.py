@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import diskguard, files, procs
+from . import diskguard, execstate, files, procs
 from .command import Command, Limits
 from .shell import Shell
 
@@ -53,6 +53,10 @@ class Runner:
         self.closed_fds.clear()
         self.replaced = False
         self.shell.start(restore=restore)
+        if self.shell.unreachable:  # told with the command at hand, or the next one
+            news = f"the new shell could not enter {self.shell.unreachable} (gone, or not permitted)"
+            news += f" and started in {self.shell.cwd}"
+            self.notice = "; ".join(n for n in (self.notice, news) if n)
         self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
         self.watch_output(True)
         self.give_input()
@@ -139,6 +143,7 @@ class Runner:
             return
         if self.shell.alive():
             # `exec` replaced the shell with another program: that program is the command now.
+            execstate.keep(self.shell.pid, self.shell.state_dir)  # at once: it may end at once
             self.sel.unregister(self.shell.status_r)
             self.replaced = True
             return
@@ -155,7 +160,8 @@ class Runner:
         if self.cmd is not None and self.cmd.phase is not None:
             self._finish(code, restarted=True)  # stopped on purpose: the result says why
         elif self.cmd is not None:
-            self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd")
+            self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd"
+                         if not self.shell.unreachable else "the shell exited; a new one started")  # fmt: skip
 
     def _kill_stopped_tree(self) -> None:
         """A command being stopped ended before its kill phases did: what it started and still runs

@@ -8,11 +8,13 @@ import secrets
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 
 from . import files, procs
-from .wrapper import STATUS_FD, functions, run_line
+from .wrapper import ERROR_FD, STATUS_FD, functions, restore_lines, run_line
 
+CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
 
 NONINTERACTIVE_ENV = {
@@ -72,6 +74,8 @@ class Shell:
         self.file_limit = file_limit  # RLIMIT_FSIZE for bash and all it starts (0: none)
         self.home = home
         self.cwd = cwd
+        self.first_cwd = cwd  # where a new shell starts when the last cwd cannot be entered
+        self.unreachable: str | None = None  # the cwd the last start wanted and could not enter
         self.proc: subprocess.Popen[bytes] | None = None
         self.control = -1  # bash's stdin: the lines that run commands (non-blocking)
         self.unsent = bytearray()  # what bash has not read of them yet
@@ -86,21 +90,17 @@ class Shell:
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
         status_r, status_w = _channel()
+        with socket.socket(fileno=os.dup(status_r)) as sock:  # the kernel tells who wrote each byte
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         out_r, out_w = _channel()
         err_r, err_w = _channel()
         self.control, control_r = _channel()
 
-        self.proc = subprocess.Popen(
-            ["/bin/bash", "--noprofile", "--norc"],
-            stdin=control_r,
-            stdout=out_w,
-            stderr=err_w,
-            env=base_env(self.home),
-            cwd=self.cwd if os.path.isdir(self.cwd) else "/",
-            start_new_session=True,  # a signal to the agent's group never reaches it
-            pass_fds=(status_w,),
-            close_fds=True,
-        )
+        if restore:
+            self.cwd = self._saved_cwd() or self.cwd
+        wanted = self.cwd
+        self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
+        self.unreachable = wanted if self.cwd != wanted else None
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         if self.file_limit:  # before bash reads its first line; without CAP_SYS_RESOURCE it cannot be raised
             resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
@@ -111,17 +111,42 @@ class Shell:
         self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
         self._status_buf.clear()
-        prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&-", "set +o history", EDITOR_STUBS]
+        prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&- {ERROR_FD}>&2", "set +o history", EDITOR_STUBS]
         tag = secrets.token_hex(4)
         prelude += functions(self.state_dir, tag)
         self.run_line = run_line(tag)
         if restore:
-            for name in ("exports.sh", "functions.sh"):
-                path = os.path.join(self.state_dir, name)
-                prelude.append(f"[ -f {shlex.quote(path)} ] && . {shlex.quote(path)} 2>/dev/null")  # no FIFO
-            self.cwd = self._saved_cwd() or self.cwd
-        prelude.append(f"cd -- {shlex.quote(self.cwd)} 2>/dev/null")
+            prelude += restore_lines(self.state_dir)
+        # `builtin`: the model's functions are loaded by now, and a `cd` of its own must not run here.
+        prelude.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         self._send("\n".join(prelude) + "\n")
+
+    def _spawn(self, stdin: int, stdout: int, stderr: int, status: int) -> tuple[subprocess.Popen[bytes], str]:
+        """Start bash in the cwd wanted, or where it can start: a folder the model made one it cannot
+        enter (`chmod 000 .` where root has no CAP_DAC_OVERRIDE) must not take the agent down."""
+        tried: list[str] = []
+        for where in (self.cwd, self.first_cwd, "/"):
+            if where in tried:
+                continue
+            tried.append(where)
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/bash", "--noprofile", "--norc"],
+                    stdin=stdin,
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=base_env(self.home),
+                    cwd=where,
+                    start_new_session=True,  # a signal to the agent's group never reaches it
+                    pass_fds=(status,),
+                    close_fds=True,
+                )
+            except OSError:
+                if where == "/":
+                    raise
+                continue
+            return proc, where
+        raise AssertionError("unreachable: / was tried last")
 
     def _saved_cwd(self) -> str | None:
         # read_text: the file is within the model's reach, and a FIFO there must not block the agent
@@ -226,14 +251,35 @@ class Shell:
                 self.unsent.clear()
         return True
 
-    def read_status(self) -> tuple[int, str, bool] | None:
-        """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
+    def _read_from_bash(self) -> tuple[bytes, bool] | None:
+        """A read of the status channel (b"" at its end) and whether bash itself wrote it; None
+        when nothing is there. A command can copy the channel (`exec 7>&11`: bash holds it on a
+        saved fd around the eval) and give it to a process that reads the next command's nonce
+        off bash's input: the kernel names each writer (SO_PASSCRED), so its record is not bash's."""
+        sock = socket.socket(fileno=self.status_r)
         try:
-            data = os.read(self.status_r, 4096)
+            data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(CRED_SIZE))
         except BlockingIOError:
             return None
+        finally:
+            sock.detach()
+        pids = [
+            struct.unpack("i", cred[:4])[0]
+            for level, kind, cred in ancillary
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(cred) >= CRED_SIZE
+        ]
+        return data, pids == [self.pid]
+
+    def read_status(self) -> tuple[int, str, bool] | None:
+        """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
+        got = self._read_from_bash()
+        if got is None:
+            return None
+        data, from_bash = got
         if not data:
             raise EOFError("the shell closed its status pipe")
+        if not from_bash:
+            return None  # dropped: another process wrote it
         self._status_buf += data
         start = self._status_buf.rfind(self.nonce + b"\0") if self.nonce else -1
         if start < 0:

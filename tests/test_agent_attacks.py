@@ -1,0 +1,215 @@
+"""Attacks on the agent from inside, written as a careless model or a hostile process would make
+them: each leaves something in the shell or the filesystem, and the agent must still report the
+truth, keep the state a replacement shell starts from, and stay alive.
+
+Each test gets a sandbox of its own: what they plant outlives a replaced shell (functions do)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandshell.sandbox.sandbox import Sandbox
+
+from .conftest import _base_settings
+
+
+@pytest.fixture
+def box(workspace: Path) -> Iterator[Sandbox]:
+    with Sandbox(workspace=workspace, settings=_base_settings(exit_timeout=3.0, kill_grace=0.5)) as sb:
+        yield sb
+
+
+def _where(sb: Sandbox) -> tuple[str, str]:
+    """(what the result says the cwd is, what the shell itself says)."""
+    r = sb.execute("builtin pwd")
+    return r.cwd, r.output.strip()
+
+
+def test_a_cd_function_of_the_models_is_not_what_a_new_shell_runs(box: Sandbox) -> None:
+    """`cd() { builtin cd "$@" && ls; }` is a common convenience. A new shell must not run it to
+    reach the saved cwd: its output would land in the next command's, and a `cd` that fails
+    would leave the shell elsewhere than the result says."""
+    box.execute('cd() { builtin cd "$@" && echo "now in $PWD"; }')
+    r = box.execute("cd /etc; exit 3")
+    assert r.restarted and r.cwd == "/etc" and r.output == "now in /etc\n", r
+    r = box.execute("pwd")
+    assert r.output == "/etc\n" and r.cwd == "/etc", r  # nothing from the new shell's start-up
+    box.execute("cd() { echo refused; return 1; }")
+    r = box.execute("builtin cd /usr && exit 0")
+    assert r.restarted and r.cwd == "/usr", r
+    r = box.execute("builtin pwd")
+    assert r.output == "/usr\n" and r.cwd == "/usr", r
+
+
+def test_the_models_own_exit_trap_does_not_lose_the_state_of_an_exiting_command(box: Sandbox) -> None:
+    """A script pasted at the prompt sets `trap 'rm -rf "$tmp"' EXIT`; later a command changes
+    folder and exports, then exits (or `set -e` ends it): the new shell starts from that state,
+    and the model's trap still runs."""
+    box.execute("tmp=$(mktemp -d); trap 'rm -rf \"$tmp\"; echo cleaned' EXIT")
+    r = box.execute("cd /etc && export KEPT=yes && exit 3")
+    assert r.restarted and r.return_code == 3 and "cleaned" in r.output and r.cwd == "/etc", r
+    r = box.execute("echo $KEPT; pwd")
+    assert r.output == "yes\n/etc\n", r
+    box.execute("trap - EXIT")  # no trap at all: still saved
+    r = box.execute("set -e; cd /usr; export AGAIN=1; false; echo never")
+    assert r.restarted and "never" not in r.output, r
+    r = box.execute("echo $AGAIN; pwd")
+    assert r.output == "1\n/usr\n", r
+
+
+def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: Path) -> None:
+    """Locked, root has no CAP_DAC_OVERRIDE: `chmod 000 .` (or `chmod -R 644 .`, which takes the
+    x bit off every folder) leaves the saved cwd one the next shell cannot enter. The agent must
+    start that shell elsewhere and say where, not die (it is PID 1: the container goes with it)."""
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, profile="locked")
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        r = sb.execute("mkdir -p /tmp/shut && cd /tmp/shut && chmod 000 .")
+        assert r.return_code == 0 and r.cwd == "/tmp/shut", r
+        r = sb.execute("exit 4")
+        assert r.restarted and r.return_code == 4, r
+        said, real = _where(sb)
+        assert said == real == r.cwd != "/tmp/shut", (r, said, real)  # the result said where the new shell is
+        assert r.notice and "could not enter /tmp/shut" in r.notice and "same cwd" not in (r.error or ""), r
+        r = sb.execute("echo alive")
+        assert r.output == "alive\n" and r.return_code == 0 and not r.restarted, r
+
+
+def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox) -> None:
+    """`TMOUT` is read's default timeout; hardened profiles set it (often readonly). A command bash
+    has not finished reading when it runs out was cut short, and the rest of it (here the body of
+    a heredoc) ran as commands of its own."""
+    assert box.execute("readonly TMOUT=0.01; echo set").output == "set\n"
+    body = "touch /tmp/ran-from-the-body\n" * 8000  # ~230 KB: bash reads it a byte at a time
+    r = box.execute(f"cat > /tmp/note <<'EOF'\n{body}EOF\nwc -l < /tmp/note", timeout=20)
+    assert r.output == "8000\n" and r.return_code == 0 and not r.timed_out, r
+    r = box.execute("ls /tmp/ran-from-the-body 2>&1; echo $TMOUT")
+    assert "No such file" in r.output and r.output.endswith("0.01\n"), r
+
+
+THIEF = r"""exec 5<&10 7>&11; P=$$; python3 -c '
+import os, signal, sys, time
+time.sleep(0.5)  # the command that planted it has ended: bash waits for the next one
+os.kill(int(sys.argv[1]), signal.SIGSTOP)  # so the next command is ours to read, whole
+data = b""
+while b"\0" not in data:
+    data += os.read(0, 65536)
+nonce = data.split(b"\n", 1)[1][:32]
+os.write(1, nonce + b"\0" + b"0\0/app\0ran\0")  # the record the agent waits for
+os.kill(int(sys.argv[1]), signal.SIGCONT)
+' $P <&5 >&7 2>/dev/null & echo planted"""
+
+
+def test_a_process_holding_the_shells_own_descriptors_cannot_answer_for_it(box: Sandbox) -> None:
+    """During a command bash holds its input and its status channel on fds 10 and 11 (saved
+    around the `eval`): a command can copy them (`exec 5<&10 7>&11`) and give them to a process
+    that stops bash, reads the next command off its input with its nonce and writes the status
+    record itself. That command then never ran, yet came back as a success. The status must be
+    taken only from bash itself: a swallowed command may time out, never pass for one that ran."""
+    assert box.execute(THIEF).output == "planted\n"
+    time.sleep(1.0)
+    r = box.execute("echo ran-for-real; false", timeout=3)
+    forged = r.return_code == 0 and not r.timed_out and "ran-for-real" not in r.output
+    assert not forged, r
+    assert r.timed_out or (r.return_code == 1 and r.output == "ran-for-real\n"), r
+    r = box.execute("echo next; false")
+    assert r.output == "next\n" and r.return_code == 1 and not r.timed_out, r
+
+
+def test_strict_mode_error_traps_see_only_the_models_own_failures(box: Sandbox) -> None:
+    """`set -Eeuo pipefail; trap 'echo "error on line $LINENO"' ERR` is pasted from scripts. With
+    `-E` functions inherit the ERR trap: a command of the wrapper's that fails must not fire it."""
+    assert box.execute("set -E; trap 'echo ERR-TRAP' ERR").return_code == 0
+    for command in ("true", "echo x", "cd /etc", "export A=1"):
+        r = box.execute(command)
+        assert "ERR-TRAP" not in r.output and r.return_code == 0, r
+    r = box.execute("false")
+    assert "ERR-TRAP" in r.output and r.return_code == 1, r
+
+
+def test_the_models_own_term_trap_does_not_let_a_timed_out_line_go_on(box: Sandbox) -> None:
+    """`trap cleanup EXIT INT TERM` comes with pasted scripts. A timeout sends the shell TERM: the
+    model's trap ran and the line went on to its next statement, the one after the timed-out
+    step, before the hard kill (which also lost the state of that command)."""
+    box.execute("trap 'echo caught' TERM")
+    r = box.execute("cd /etc; export K=1; sleep 30; touch /tmp/after-the-timeout", timeout=2)
+    assert r.timed_out and r.return_code != 0, r
+    time.sleep(1.5)
+    r = box.execute("ls /tmp/after-the-timeout 2>&1; echo $K; pwd")
+    assert "No such file" in r.output and r.output.endswith("1\n/etc\n"), r
+    r = box.execute("trap '' TERM; echo ignored")  # ignoring TERM stays the model's choice
+    r = box.execute("trap -p TERM")
+    assert r.output == "trap -- '' SIGTERM\n", r
+
+
+def test_exec_keeps_the_state_the_command_set_before_it(box: Sandbox) -> None:
+    """`exec PROGRAM` replaces bash without running its EXIT trap: the cwd and exports the same
+    command set before it were lost, though the exec'd program started with them."""
+    r = box.execute("cd /usr && export VIA_EXEC=1 && exec sleep 1", timeout=10)
+    assert r.restarted and r.cwd == "/usr", r
+    r = box.execute("echo $VIA_EXEC; pwd")
+    assert r.output == "1\n/usr\n", r
+    r = box.execute("cd /etc && export VIA_EXEC=2 && exec bash")  # 'reload the shell': ends at once
+    assert r.restarted, r
+    r = box.execute("echo $VIA_EXEC; pwd")
+    assert r.output in ("2\n/etc\n", "1\n/usr\n"), r  # the new bash may end before it is read
+
+
+def test_a_save_that_fails_midway_keeps_the_state_saved_before(box: Sandbox) -> None:
+    """`ulimit -f 0` (or a full state folder) kills bash with SIGXFSZ as it rewrites its state
+    after the command: the files were truncated first, so every export and function made since
+    the session began was gone from the new shell, not only those of this command."""
+    assert box.execute("cd /usr && export KEPT=1 && f_kept() { echo fn; }").return_code == 0
+    r = box.execute("ulimit -f 0; export LATER=2")
+    assert r.restarted, r
+    r = box.execute("echo $KEPT; f_kept; pwd")
+    assert r.output == "1\nfn\n/usr\n", r
+
+
+def test_a_closed_stderr_costs_nothing_but_stderr(box: Sandbox) -> None:
+    """`exec 2>&-` (meant as `2>/dev/null`): the wrapper's read of the next command duplicated
+    fd 2 for syntax errors, failed, and left the command unread on bash's input: it timed out
+    and the shell was killed. Syntax errors still reach the model when its stderr is gone."""
+    assert box.execute("exec 2>&-").return_code == 0
+    r = box.execute("cd /etc; echo still", timeout=5)
+    assert r.output == "still\n" and r.return_code == 0 and not r.timed_out and r.cwd == "/etc", r
+    r = box.execute("echo 'unterminated", timeout=5)
+    assert r.syntax_error and "unexpected EOF" in r.output and not r.timed_out, r
+
+
+def test_the_next_command_sees_the_last_ones_status_in_dollar_question(box: Sandbox) -> None:
+    """`make` then `echo $?` as two commands, as at a prompt: the second saw 0 whatever the first
+    returned (the wrapper's own read came between), so a failed build looked like a good one."""
+    for command, status in (("false", "1"), ("sh -c 'exit 7'", "7"), ("true", "0"), ("echo 'open", "2")):
+        box.execute(command)
+        r = box.execute("echo $?")
+        assert r.output == f"{status}\n" and r.return_code == 0, (command, r)
+    box.execute("trap 'echo ERR-TRAP' ERR")
+    box.execute("sh -c 'exit 6'")
+    r = box.execute("echo $?")  # handed on in an `if`: neither an ERR trap nor errexit sees it fail
+    assert r.output == "6\n" and not r.restarted, r
+
+
+def test_strict_mode_at_the_prompt_behaves_as_at_a_prompt(box: Sandbox) -> None:
+    """`set -euo pipefail` pasted at the prompt. The command ran inside an `eval` whose own
+    status errexit and the ERR trap saw as one more failure: `[ -d build ] && rm -r build`
+    (status 1, which errexit ignores) ended the shell (its options lost with it), and every
+    failed command fired the ERR trap twice."""
+    box.execute("set -eo pipefail; trap 'echo ERR-TRAP' ERR")
+    r = box.execute("[ -d /nope ] && echo yes")
+    assert r.return_code == 1 and not r.restarted and r.output == "", r
+    r = box.execute("echo $-; shopt -o pipefail | tr -s ' \\t' ' '")
+    assert "e" in r.output.split("\n")[0] and "pipefail on" in r.output and not r.restarted, r
+    r = box.execute("sh -c 'exit 3'")  # a failure errexit does see: the shell ends, as at a prompt
+    assert r.output == "ERR-TRAP\n" and r.return_code == 3 and r.restarted, r
+
+
+def test_dollar_underscore_is_the_last_commands_last_argument(box: Sandbox) -> None:
+    """`mkdir -p build/out` then `cd $_`, as at a prompt: `$_` was the wrapper's own function's
+    name, so the cd failed and named it."""
+    box.execute("mkdir -p /tmp/deep/er")
+    r = box.execute("cd $_ && pwd")
+    assert r.output == "/tmp/deep/er\n" and r.return_code == 0, r
