@@ -213,3 +213,13 @@ def test_dollar_underscore_is_the_last_commands_last_argument(box: Sandbox) -> N
     box.execute("mkdir -p /tmp/deep/er")
     r = box.execute("cd $_ && pwd")
     assert r.output == "/tmp/deep/er\n" and r.return_code == 0, r
+
+
+def test_a_term_trap_set_by_the_timed_out_command_itself_does_not_let_its_line_go_on(box: Sandbox) -> None:
+    """The trap of a pasted script, set by the very command that then times out: before, the
+    agent's TERM ran it, the killed `sleep` returned, and the line went on to `touch`."""
+    r = box.execute("trap 'echo cleanup' EXIT INT TERM; cd /etc; export K2=1; sleep 30; touch /tmp/after-2", timeout=2)
+    assert r.timed_out and r.return_code != 0, r
+    time.sleep(1.5)
+    r = box.execute("ls /tmp/after-2 2>&1; echo $K2; pwd")
+    assert "No such file" in r.output and r.output.endswith("1\n/etc\n"), r

@@ -133,6 +133,8 @@ TIMED_OUT = [
     "sleep 30 | cat",
     "(sleep 30)",
     "trap '' TERM; for i in $(seq 1 30); do sleep 1; done",
+    "trap '' TERM USR2; for i in $(seq 1 30); do sleep 1; done",  # USR2: the agent's stop signal
+    "trap 'echo cleanup' EXIT INT TERM; for i in $(seq 1 30); do sleep 1; done",
 ]
 
 
@@ -150,7 +152,7 @@ def test_a_timeout_stops_the_whole_command_line_and_the_shell_lives(sb: Sandbox,
     time.sleep(1.2)  # had any of the line survived, it would reach `touch` or a `sleep` now
     after = sb.execute("echo $KEEP; pwd; ps -eo comm= | grep -c '^sleep$'; test -e /tmp/after || echo none")
     assert after.output.split() == ["kept", "/srv", "0", "none"], after
-    sb.execute("trap - TERM; cd /app")
+    sb.execute("trap - TERM USR2; cd /app")
 
 
 def test_state_changed_earlier_in_a_timed_out_or_exiting_command_is_kept(sb: Sandbox) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from . import diskguard, execstate, files, procs
 from .command import Command, Limits
 from .shell import Shell
+from .wrapper import STOP_SIGNAL
 
 READ_BYTES = 64 * 1024
 FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
@@ -188,14 +189,14 @@ class Runner:
         cmd.phase = "term"
         cmd.phase_deadline = time.monotonic() + self.kill_grace
         self.shell.terminate()  # first, so the shell runs nothing more of this command line
-        if procs.ignores(self.shell.pid, signal.SIGTERM):  # `trap '' TERM`: freeze it until the hard kill
+        if procs.ignores(self.shell.pid, STOP_SIGNAL):  # `trap '' USR2`: freeze it until the hard kill
             procs.signal_all([self.shell.pid], signal.SIGSTOP)
             cmd.phase_deadline = time.monotonic() + 0.2
-        else:  # a shell frozen by the disk watchdog wakes to its TERM trap
+        else:  # a shell frozen by the disk watchdog wakes to its USR2 trap
             procs.signal_all([self.shell.pid], signal.SIGCONT)
         found = procs.spawned_since(cmd.before, self.shell.pid, {os.getpid(), 1})
         procs.signal_all(found, signal.SIGTERM)
-        if not found:  # only the shell itself was busy: give its TERM trap a moment
+        if not found:  # only the shell itself was busy: give its USR2 trap a moment
             cmd.phase, cmd.phase_deadline = "kill", time.monotonic() + 0.3
 
     def tick(self, now: float) -> None:

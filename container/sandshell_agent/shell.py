@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from . import files, procs
-from .wrapper import ERROR_FD, STATUS_FD, functions, restore_lines, run_line
+from .wrapper import ERROR_FD, STATUS_FD, STOP_SIGNAL, functions, restore_lines, run_line
 
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
@@ -154,10 +154,10 @@ class Shell:
         return cwd if cwd and cwd.startswith("/") else None
 
     def terminate(self) -> None:
-        """Ask bash to end the running command line: it saves its state and exits (see the TERM trap)."""
+        """Ask bash to end the running command line: it saves its state and exits (see the USR2 trap)."""
         if self.alive():
             try:
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.pid, STOP_SIGNAL)
             except (ProcessLookupError, PermissionError):
                 pass
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 
 from . import files
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
 ERROR_FD = 201  # bash's first stderr, where a syntax error goes: the model may close or move fd 2
+STOP_SIGNAL = signal.SIGUSR2  # the agent's "end this command line" to bash (see the traps below)
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
@@ -76,11 +78,13 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # status 0, so errexit and an ERR trap see the command's own failures only, never the
         # eval's (`set -e; [ -d x ] && ...` ended the shell; each failure fired an ERR trap twice).
         f"__ss_keep() {{ {k}=$1; {u}=$2; }}",  # and `$_`, which the run line hands on to the next
-        # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`); the TERM
-        # trap ends a timed-out command line. A trap the model sets (`trap cleanup EXIT INT TERM`,
-        # pasted from a script) or clears replaces them: after each command, put the wrapper's back
-        # around whatever the model's trap runs ($1: the signal, $2: what follows the model's code).
-        # A signal the model ignores (`trap '' TERM`) stays ignored: the agent freezes such a shell.
+        # The EXIT trap saves the state of a command that ends the shell (`exit`, `set -e`); the USR2
+        # trap ends a timed-out command line (the agent's own signal: TERM comes with pasted scripts,
+        # `trap cleanup EXIT INT TERM`, and a TERM trap set by the command that then timed out let
+        # its line run on). A trap the model sets or clears on them replaces the wrapper's: after each
+        # command, put the wrapper's back around whatever the model's trap runs ($1: the signal, $2:
+        # what follows the model's code). A signal the model ignores stays ignored: the agent
+        # freezes such a shell.
         f"__ss_arm() {{ builtin trap -p $1 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
         f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"* | \"trap -- '' \"*) builtin return;; esac;"
         f" {t}=${{{t}#trap -- }}; {t}=${{{t}% *}}; builtin eval \"{t}=${{{t}:-''}}\";"
@@ -89,13 +93,14 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # `echo $?`): the run line tests this in an `if`, so errexit and ERR traps never see it.
         f'__ss_rc() {{ builtin return "${{{r}:-0}}"; }}',
         f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=${{{k}:-$1}}; __ss_arm EXIT '';"
-        f" __ss_arm TERM $'\\nbuiltin exit 143'; __ss_save;"
+        f" __ss_arm USR2 $'\\nbuiltin exit 143'; __ss_save;"
         f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "${{{k}:-$1}}" "$PWD" "${h}" >&{STATUS_FD}; }}',
         "builtin readonly -f __ss_save __ss_arm __ss_in __ss_keep __ss_rc __ss_out",
-        # TERM ends the whole command line (a loop, the statements after it), not just its children.
-        # EXIT first: a TERM trap set before it and reset later (`trap - TERM`) would leave bash dying
-        # of TERM without running its EXIT trap, and the state of the command at hand would be lost.
-        "builtin trap '\\__ss_save' EXIT; builtin trap '\\__ss_save; builtin exit 143' TERM",
+        # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
+        # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
+        # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the
+        # signal without running its EXIT trap, and the state of the command at hand would be lost.
+        "builtin trap '\\__ss_save' EXIT; builtin trap '\\__ss_save; builtin exit 143' TERM USR2",
     ]
 
 
