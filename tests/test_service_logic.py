@@ -83,6 +83,35 @@ def test_a_generation_broken_off_gives_its_turn_back() -> None:
     assert gate.busy == 0
 
 
+def test_a_session_that_quits_while_waiting_leaves_the_line_at_once() -> None:
+    """A stopping server quits every session; one waiting behind a long generation used to wait
+    for it, then generate once itself, before it saw that it had quit."""
+    gate, inner, quit_b = FairGate(1), Slow(), threading.Event()
+    first = GatedBackend(inner, gate).stream([{"role": "user", "content": "a"}], {})
+    next(first)  # a generates (and holds the gate until its stream is closed)
+    got: dict[str, object] = {}
+
+    def wait(name: str, cancelled: threading.Event | None) -> None:
+        backend = GatedBackend(inner, gate, cancelled=cancelled.is_set if cancelled else None)
+        started = time.monotonic()
+        got[name] = (list(backend.stream([{"role": "user", "content": name}], {})), time.monotonic() - started)
+
+    b = threading.Thread(target=wait, args=("b", quit_b))
+    c = threading.Thread(target=wait, args=("c", None))
+    b.start()
+    time.sleep(0.05)
+    c.start()
+    time.sleep(0.1)
+    quit_b.set()
+    b.join(2)
+    assert not b.is_alive() and got["b"][0] == [], got  # type: ignore[index]
+    assert got["b"][1] < 1.5, got  # type: ignore[index]  # not after a's generation: a still holds the gate
+    assert gate.waiting == 1 and gate.busy == 1  # c still waits, in its place
+    first.close()
+    c.join(5)
+    assert inner.order == ["a", "c"] and gate.busy == 0 and gate.waiting == 0
+
+
 def test_openai_sessions_keep_their_own_slot_least_used_first() -> None:
     models = Models.__new__(Models)
     models.shared, models.slots, models.gate = Slow(), 2, FairGate(2)  # type: ignore[assignment]

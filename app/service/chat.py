@@ -151,12 +151,13 @@ class Conversations:
         s = engine.least_loaded(self.settings).replace(workspace=str(folder / "workspace"), intro=False, approval=False,
                                                        sessions_dir=sessions, profile=profile)  # fmt: skip
         init_workspace(s)
-        backend, slot = self.models.backend_for(script)
+        control = Control()
+        backend, slot = self.models.backend_for(script, cancelled=lambda: control.quitting)
         collect = Collect()
         stack = ExitStack()
         try:
             sinks: list[Sink] = [collect, Wake(self.notify, conv_id)]
-            parts = stack.enter_context(open_session(s, sinks, Control(), "", backend, lambda _m: None, conv_id))
+            parts = stack.enter_context(open_session(s, sinks, control, "", backend, lambda _m: None, conv_id))
             name = getattr(backend, "description", backend.name)
             parts.session.started = time.monotonic()
             parts.session.emit(ev.SessionStarted(conv_id, name, s.profile, s.workspace, public_settings(s)))

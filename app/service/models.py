@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +25,10 @@ from sandshell.errors import ModelError
 from sandshell.model.script import ScriptBackend
 from sandshell.model.turn import make_backend
 from sandshell.model.types import Backend, Message, Stats
+
+
+class LeftTheLine(Exception):
+    """A session that quit while it waited for the model (see `FairGate.hold`)."""
 
 
 class FairGate:
@@ -41,13 +45,18 @@ class FairGate:
         return len(self._line)
 
     @contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, cancelled: Callable[[], bool] | None = None) -> Iterator[None]:
+        """Wait for a turn. A waiter whose `cancelled()` turns true leaves the line (LeftTheLine)
+        instead of waiting for every generation ahead of it to end: a stopping server does not
+        wait for sessions that have quit to generate once each."""
         ticket = object()
         with self._cond:
             self._line.append(ticket)
             try:
                 while self._line[0] is not ticket or self.busy >= self.width:
-                    self._cond.wait()
+                    if cancelled is not None and cancelled():
+                        raise LeftTheLine
+                    self._cond.wait(None if cancelled is None else 0.25)
             except BaseException:
                 self._line.remove(ticket)
                 self._cond.notify_all()
@@ -66,10 +75,17 @@ class FairGate:
 class GatedBackend:
     """A session's view of a shared backend: each generation waits its turn at the gate."""
 
-    def __init__(self, inner: Backend, gate: FairGate, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        gate: FairGate,
+        extra: dict[str, Any] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
         self.inner = inner
         self.gate = gate
         self.extra = extra or {}
+        self.cancelled = cancelled
         self.name = inner.name
         self.n_ctx = inner.n_ctx
         self.description = getattr(inner, "description", inner.name)
@@ -82,8 +98,11 @@ class GatedBackend:
         return self.inner.count(messages)
 
     def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
-        with self.gate.hold():
-            yield from self.inner.stream(messages, {**params, **self.extra})
+        try:
+            with self.gate.hold(self.cancelled):
+                yield from self.inner.stream(messages, {**params, **self.extra})
+        except LeftTheLine:
+            return  # quit while waiting: no answer, and the session ends as it checks its control
 
 
 class Models:
@@ -109,8 +128,11 @@ class Models:
     def description(self) -> str:
         return getattr(self.shared, "description", self.settings.backend)
 
-    def backend_for(self, script: list[str] | None = None) -> tuple[Backend, int | None]:
-        """A backend for one session, and the slot it holds (give it back with `release`)."""
+    def backend_for(
+        self, script: list[str] | None = None, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[Backend, int | None]:
+        """A backend for one session, and the slot it holds (give it back with `release`);
+        `cancelled`: the session has quit (it then leaves the line for the model at once)."""
         if self.shared is None:
             if script is not None:
                 return ScriptBackend(script, self.settings.n_ctx, source="task script"), None
@@ -120,11 +142,11 @@ class Models:
         if script is not None:
             raise ModelError("a task may carry a `script` only when the server runs LLAMA_BACKEND=script")
         if not self.slots:
-            return GatedBackend(self.shared, self.gate), None
+            return GatedBackend(self.shared, self.gate, cancelled=cancelled), None
         with self._lock:
             slot = min(range(self.slots), key=lambda s: self._use[s])
             self._use[slot] += 1
-        return GatedBackend(self.shared, self.gate, {"id_slot": slot, "cache_prompt": True}), slot
+        return GatedBackend(self.shared, self.gate, {"id_slot": slot, "cache_prompt": True}, cancelled), slot
 
     def release(self, slot: int | None) -> None:
         if slot is not None:

@@ -190,7 +190,7 @@ class TaskManager:
             script = None
             if req.get("script") is not None:
                 script = (self.store.folder(record.id) / "script.jsonl").read_text(encoding="utf-8").splitlines()
-            backend, slot = self.models.backend_for(script)
+            backend, slot = self.models.backend_for(script, cancelled=lambda: control.quitting)
             line_log = LineLog(echo=False)
             with self._cond:
                 self.logs[record.id] = line_log.lines  # the live log, as GET /v1/tasks/{id} shows it
