@@ -292,6 +292,29 @@ def test_a_set_uid_file_left_in_the_workspace_loses_the_bit(sb: Sandbox, shared_
     sb.execute("rm -f /app/rootsh")
 
 
+def _bits_gone(path: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while path.stat().st_mode & (stat.S_ISUID | stat.S_ISGID):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_file_made_set_uid_after_its_folder_was_scanned_loses_the_bit_soon(
+    sb: Sandbox, shared_workspace: Path
+) -> None:
+    """A chmod leaves the folder's mtime alone: a file created in one quick scan's interval and made
+    set-uid after it was seen kept its bits until the next full scan (10 s between commands)."""
+    r = sb.execute("cp /bin/sh /app/late && sleep 0.3 && chmod 6755 /app/late")
+    assert r.return_code == 0
+    assert _bits_gone(shared_workspace / "late", 1.5), "kept its set-uid bit after the command ended"
+    sb.execute("cp /bin/sh /app/later; (sleep 0.5; chmod 6755 /app/later) >/dev/null 2>&1 &")
+    time.sleep(0.6)
+    assert _bits_gone(shared_workspace / "later", 3.5), "kept its set-uid bit between commands"
+    sb.execute("rm -f /app/late /app/later")
+
+
 def test_a_set_uid_file_its_locked_owner_made_unreadable_loses_the_bit(workspace: Path, settings: Settings) -> None:
     """In locked the agent is not root: a `chmod 4311` file (no read bit for anyone) still loses it."""
     os.chown(workspace, 1000, 1000)
