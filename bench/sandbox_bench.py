@@ -216,8 +216,8 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
     print(f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
           f"| {p_med * ms:.2f} ms | {a_med / p_med:.1f}x slower |")  # fmt: skip
     print(f"| of which inside the container: agent + bash on plain pipes (median) | {inside * ms:.2f} ms "
-          f"| | bash's part {shell * ms:.2f} ms; the engine's hop and the host library "
-          f"{(a_med - inside) * ms:.2f} ms |")  # fmt: skip
+          f"| | the command's own duration in the agent (bash, mostly) {shell * ms:.2f} ms; "
+          f"the engine's hop and the host library {(a_med - inside) * ms:.2f} ms |")  # fmt: skip
     print(f"| first byte of `echo hi; sleep 0.3; echo bye` (median, worst of {len(first)}) "
           f"| {statistics.median(first) * ms:.1f} ms, {max(first) * ms:.1f} ms | | |")  # fmt: skip
     print(

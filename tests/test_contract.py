@@ -152,6 +152,23 @@ def test_a_fifo_where_the_shell_saves_its_state_cannot_hang_the_agent(sb: Sandbo
     sb.execute(f"rm -f {state}/cwd {state}/exports.sh; cd /app")
 
 
+def test_links_and_fifos_where_bash_saves_its_state_cost_one_command_at_most(sb: Sandbox) -> None:
+    """Bash writes its state with `>|`, which follows a link and waits on a FIFO: planted there,
+    they made every later command write through the link and then hang until its timeout."""
+    state = "/run/sandshell-agent"
+    plant = (
+        f"cd /tmp; rm -f {state}/exports.sh {state}/functions.sh {state}/trap; "
+        f"mkfifo {state}/functions.sh {state}/trap; ln -s /app/through-a-link {state}/exports.sh; kill -9 $$"
+    )
+    r = sb.execute(plant, timeout=3)
+    assert r.restarted and not r.lost, r
+    for _ in range(2):
+        r = sb.execute("echo alive", timeout=3)
+        assert r.output == "alive\n" and not r.timed_out and not r.restarted, r
+    assert sb.execute("test -e /app/through-a-link").return_code == 1
+    sb.execute("cd /app")
+
+
 json_value = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),

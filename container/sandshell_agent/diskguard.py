@@ -218,7 +218,8 @@ class DiskGuard:
             now = time.monotonic()
             ended, was_busy = was_busy and not busy, busy  # a command just ended: measure it all now
             try:
-                if ended or now - last_full >= max(FULL_BUSY_EVERY if busy else FULL_IDLE_EVERY, full * 10):
+                since = now - last_full
+                if since >= full * 10 and (ended or since >= (FULL_BUSY_EVERY if busy else FULL_IDLE_EVERY)):
                     full, last_full = self.check(a, full=True), now
                     quick, last_quick = full / 4, now
                 elif now - last_quick >= max(BUSY_EVERY if busy else IDLE_EVERY, quick * 10):

@@ -12,6 +12,7 @@ import re
 import shlex
 import stat
 
+from . import procs
 from .wrapper import WHOLE
 
 BASH_ARGV = b"/bin/bash\0--noprofile\0--norc\0"  # the agent's own bash: not replaced (a channel closed)
@@ -30,10 +31,7 @@ def capture(pid: int) -> tuple[str, bytes] | None:
         if _read(f"/proc/{pid}/cmdline", len(BASH_ARGV) + 1) == BASH_ARGV:
             return None
         env = _read(f"/proc/{pid}/environ", ENV_LIMIT)
-        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:  # gone already
-        return None
-    if not env or not cwd.startswith("/"):
         return None
     lines, pwd = [], ""
     for item in env.split(b"\0"):
@@ -44,11 +42,9 @@ def capture(pid: int) -> tuple[str, bytes] | None:
         if name == "PWD":
             pwd = value
         lines.append(f"declare -x {name}={shlex.quote(value)}\n")
-    try:  # the name the shell had for its cwd, when it is that folder (a link kept as a link)
-        if pwd.startswith("/") and os.path.samestat(os.stat(pwd), os.stat(f"/proc/{pid}/cwd")):
-            cwd = pwd
-    except OSError:
-        pass
+    cwd = procs.cwd_named(pid, pwd)  # the name the shell had for it, when it is that folder
+    if not env or cwd is None or not cwd.startswith("/"):
+        return None
     lines.append(WHOLE + "\n")  # written to its end: the copy a new shell restores from
     return cwd, "".join(lines).encode("utf-8", "surrogateescape")
 

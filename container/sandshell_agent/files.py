@@ -67,6 +67,22 @@ def ends_with(path: str, line: str) -> bool:
         os.close(fd)
 
 
+def remove_unless_regular(folder: str, names: tuple[str, ...]) -> list[str]:
+    """Unlink each of `names` in `folder` that is a link, a FIFO, a socket or a device (never
+    following it); the names removed."""
+    removed = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                os.unlink(path)
+                removed.append(name)
+        except OSError:
+            continue
+    return removed
+
+
 def write_text(path: str, content: str, append: bool, owner: tuple[int, int] | None) -> dict[str, Any]:
     """Write a file, creating parent folders; returns the size or an error."""
     try:

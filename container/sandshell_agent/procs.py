@@ -93,6 +93,26 @@ def kill_all(before: set[int], shell_pid: int, keep: set[int]) -> int:
     return killed
 
 
+def cwd_named(pid: int, said: str) -> str | None:
+    """Where `pid` really is: `said` (the shell's name for it, a link kept as a link) when that is
+    the same folder, else the kernel's path; None when the process is gone. `PWD=/x` or a hook
+    of the model's cannot move the prompt."""
+    real = f"/proc/{pid}/cwd"
+    try:
+        here = os.stat(real)
+    except OSError:
+        return None
+    try:
+        if said.startswith("/") and os.path.samestat(os.stat(said), here):
+            return said
+    except OSError:
+        pass
+    try:
+        return os.readlink(real)
+    except OSError:
+        return None
+
+
 def ignores(pid: int, sig: int) -> bool:
     """Whether `pid` ignores `sig` (its SigIgn mask in /proc)."""
     try:

@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from . import files, procs
-from .wrapper import ERROR_FD, STATUS_FD, STOP_SIGNAL, functions, restore_lines, run_line
+from .wrapper import ERROR_FD, STATE_FILES, STATUS_FD, STOP_SIGNAL, functions, restore_lines, run_line
 
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
@@ -89,6 +89,9 @@ class Shell:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
+        # A link or a FIFO the model put where bash saves its state would make every save write
+        # through it or wait forever (each command then timed out); gone before bash starts.
+        files.remove_unless_regular(self.state_dir, STATE_FILES)
         status_r, status_w = _channel()
         with socket.socket(fileno=os.dup(status_r)) as sock:  # the kernel tells who wrote each byte
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -216,23 +219,8 @@ class Shell:
         self._send(self.run_line + self.nonce + command + b"\0")
 
     def _checked_cwd(self, said: str) -> str:
-        """The cwd bash reported if it is where bash really is (`PWD=/x` or a hook of the model's
-        cannot move the prompt), else the kernel's path for it."""
-        real = f"/proc/{self.pid}/cwd"
-        try:
-            here = os.stat(real)
-        except OSError:  # bash is gone
-            return said
-        try:
-            there = os.stat(said) if said.startswith("/") else None
-        except OSError:
-            there = None
-        if there is not None and (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
-            return said
-        try:
-            return os.readlink(real)
-        except OSError:
-            return said
+        """The cwd bash reported if it is where bash really is, else the kernel's path for it."""
+        return procs.cwd_named(self.pid, said) or said
 
     def _send(self, text: str | bytes) -> None:
         self.unsent += text.encode() if isinstance(text, str) else text

@@ -34,6 +34,11 @@ WHOLE = "# sandshell: whole"  # the last line of a state script written to its e
 SAVED_AS = ("", ".prev")  # the two copies of each state script, in the order they are written
 
 
+# Every file bash itself writes in the state folder (with `>|`, which follows a link and waits on a
+# FIFO: a new shell starts only after the agent has removed anything but a regular file there).
+STATE_FILES = (*(f"{n}{suffix}" for n in ("exports.sh", "functions.sh") for suffix in SAVED_AS), "cwd", "trap")
+
+
 def _twice(st: str, name: str, dump: str) -> str:
     first, second = (f"{st}/{name}{suffix}" for suffix in SAVED_AS)
     whole = f"{{ {dump} && builtin printf '%s\\n' '{WHOLE}'; }}"
