@@ -103,6 +103,17 @@ def test_a_lying_listing_only_makes_the_full_copy_run(archive: Settings, workspa
     assert (workspace.parent / "secret").read_text() == "outside\n"
 
 
+def test_a_listing_with_a_malformed_field_only_makes_the_full_copy_run(archive: Settings, workspace: Path) -> None:
+    """A `find` of the model's that prints a folder whose mode is not a number: the quick copy
+    parsed it and its ValueError went past the copy back's fallback."""
+    with Sandbox(workspace=workspace, settings=archive) as sb:
+        sb.sync_workspace()
+        sb.execute("echo real > /app/y")
+        _fake_find(sb, r"d zz 1 5 1.0 3 sub\0")
+        said = sb.sync_workspace()
+        assert ONLY not in said and (workspace / "y").read_text() == "real\n", said
+
+
 def test_a_find_that_never_ends_holds_the_copy_only_briefly(
     archive: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -35,6 +36,7 @@ LIST = ["find", "/app", "-mindepth", "1", "-printf", "%y %m %n %s %C@ %i %P\\0"]
 MAX_LISTING = 64 << 20  # bytes of listing read at most
 MAX_KEPT = 400_000  # entries: a bigger /app is copied whole each time (~250 bytes kept an entry)
 MAX_CHANGED = 256  # files fetched one by one; more, and one archive of everything is as quick
+HEADER = re.compile(rb"[a-zA-Z] [0-7]{1,7} \d{1,10} \d{1,20} \d{1,20}(\.\d{1,10})? \d{1,20}")  # %y %m %n %s %C@ %i
 LIST_SECONDS = 20  # the listing takes ~0.1 s for 20,000 entries
 
 
@@ -57,6 +59,8 @@ def listing(container: Any) -> dict[str, str] | None:
         fields = record.split(b" ", 6)
         if len(fields) != 7 or len(entries) >= MAX_KEPT:
             return None
+        if not HEADER.fullmatch(b" ".join(fields[:6])):
+            return None  # the model's own `find` may print anything: only what find prints is parsed
         path = os.fsdecode(fields[6])
         try:
             dirfd.parts(path)  # a name out of /app, or deeper than a copy takes: no listing

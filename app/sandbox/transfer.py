@@ -201,8 +201,8 @@ class Sync:
             files, size, removed = delta.apply(
                 container, self.workspace, before, now, self.settings.workspace_limit, _fetch
             )
-        except (delta.Fallback, untar.Refused, SandboxError, OSError, tarfile.TarError):
-            return ""  # the full copy follows, and it is the truth
+        except Exception:  # the listing is the model's (its own `find` may print anything): any surprise
+            return ""  # means the full copy, which follows and is the truth
         self.listing = now
         return (
             f"/app copied back to {self.workspace}: {files} changed files, {size} bytes, {removed} removed "
