@@ -281,17 +281,6 @@ def test_an_unwritable_sessions_folder_is_one_sentence(workspace: Path) -> None:
     assert list(workspace.iterdir()) == []
 
 
-def test_a_set_uid_file_left_in_the_workspace_loses_the_bit(sb: Sandbox, shared_workspace: Path) -> None:
-    """A set-uid root shell left in /app would be one on the host too: the agent takes the bits off."""
-    r = sb.execute("cp /bin/sh /app/rootsh && chmod 6755 /app/rootsh")
-    assert r.return_code == 0  # the model may set it (the watchdog may already have taken it off)
-    deadline = time.monotonic() + 10
-    while (shared_workspace / "rootsh").stat().st_mode & (stat.S_ISUID | stat.S_ISGID):
-        assert time.monotonic() < deadline, "the set-uid bit stayed on the host's copy"
-        time.sleep(0.2)
-    sb.execute("rm -f /app/rootsh")
-
-
 def _bits_gone(path: Path, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while path.stat().st_mode & (stat.S_ISUID | stat.S_ISGID):
@@ -304,23 +293,19 @@ def _bits_gone(path: Path, seconds: float) -> bool:
 def test_a_file_made_set_uid_after_its_folder_was_scanned_loses_the_bit_soon(
     sb: Sandbox, shared_workspace: Path
 ) -> None:
-    """A chmod leaves the folder's mtime alone: a file created in one quick scan's interval and made
+    """The second layer (nothing inside can set the bits: tests/test_setid.py): a set-id file that got
+    into the workspace another way, here the host's own chmod, loses its bits at the agent's scans.
+    A chmod leaves the folder's mtime alone: a file created in one quick scan's interval and made
     set-uid after it was seen kept its bits until the next full scan (10 s between commands)."""
-    r = sb.execute("cp /bin/sh /app/late && sleep 0.3 && chmod 6755 /app/late")
+    late = shared_workspace / "late"
+    timer = threading.Timer(0.3, lambda: os.chmod(late, 0o6755))
+    timer.start()
+    r = sb.execute("cp /bin/sh /app/late && sleep 0.6")
+    timer.join()
     assert r.return_code == 0
-    assert _bits_gone(shared_workspace / "late", 1.5), "kept its set-uid bit after the command ended"
-    sb.execute("cp /bin/sh /app/later; (sleep 0.5; chmod 6755 /app/later) >/dev/null 2>&1 &")
-    time.sleep(0.6)
+    assert _bits_gone(late, 1.5), "kept its set-uid bit after the command ended"
+    sb.execute("cp /bin/sh /app/later")
+    time.sleep(0.5)
+    os.chmod(shared_workspace / "later", 0o6755)
     assert _bits_gone(shared_workspace / "later", 3.5), "kept its set-uid bit between commands"
     sb.execute("rm -f /app/late /app/later")
-
-
-def test_a_set_uid_file_its_locked_owner_made_unreadable_loses_the_bit(workspace: Path, settings: Settings) -> None:
-    """In locked the agent is not root: a `chmod 4311` file (no read bit for anyone) still loses it."""
-    os.chown(workspace, 1000, 1000)
-    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
-        assert sb.execute("cp /bin/sh /app/s && chmod 4311 /app/s").return_code == 0
-        deadline = time.monotonic() + 10
-        while (workspace / "s").stat().st_mode & stat.S_ISUID:
-            assert time.monotonic() < deadline, "the set-uid bit stayed on an unreadable file"
-            time.sleep(0.2)

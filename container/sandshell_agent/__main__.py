@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 
+from . import chmods, setid
 from .server import Agent, Config
 from .stdio import seal
 
@@ -45,6 +46,11 @@ def main() -> None:
     where.add_argument("--unix", help="listen on this unix socket path (needs SANDSHELL_TOKEN)")
     where.add_argument("--tcp", help="listen on HOST:PORT (needs SANDSHELL_TOKEN)")
     args = parser.parse_args()
+    try:  # first: everything the agent starts, the model's shell included, inherits it
+        guard = chmods.Guard("/app")  # its thread is not under the filter: it starts before it
+        guard.listen(setid.install())
+    except (OSError, ValueError) as e:
+        sys.exit(f"sandshell-agent: {e}; refusing to run a shell that could leave set-uid files on the host")
     cfg = Config(dict(os.environ))
     # The agent's settings (and a socket's token) never reach the model's shell.
     for key in [k for k in os.environ if k.startswith("SANDSHELL_")]:

@@ -1,0 +1,112 @@
+"""No set-id file and no device node reaches the host folder: every way a process inside tries.
+
+The workspace is a bind mount Docker cannot make `nosuid` (docs/security.md); a set-uid file in
+it is one on the host. The agent's seccomp filter and its chmod guard (container/sandshell_agent/
+setid.py, chmods.py) refuse such a bit in /app while `apt-get`'s set-uid programs elsewhere keep
+theirs. Each attack is checked by its result inside and by the host folder's modes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from sandshell.config import Settings
+from sandshell.sandbox.sandbox import Sandbox
+
+SETID = stat.S_ISUID | stat.S_ISGID
+PY = "python3 -c"
+
+
+def _set_id_files(root: Path) -> list[str]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            if st.st_mode & SETID or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                found.append(f"{os.path.join(dirpath, name)} {oct(st.st_mode)}")
+    return found
+
+
+ATTACKS = {
+    "chmod": "cp /bin/sh /app/a1 && chmod 6755 /app/a1",
+    "chmod, relative to the cwd": "cp /bin/sh /app/a2 && cd /app && chmod u+s a2",
+    "chmod through a link from /tmp": "cp /bin/sh /app/a3 && ln -sf /app/a3 /tmp/l3 && chmod 4755 /tmp/l3",
+    "install -m": "install -m 4755 /bin/sh /app/a4",
+    "cp -a of the image's set-uid su": "cp -a /bin/su /app/a5",
+    "fchmod on a descriptor": (
+        f"touch /app/a6 && {PY} \"import os; os.fchmod(os.open('/app/a6', os.O_RDONLY), 0o4755)\""
+    ),
+    "fchmodat with a folder descriptor": (
+        f"touch /app/a7 && {PY} \"import os; os.chmod('a7', 0o2755, dir_fd=os.open('/app', os.O_RDONLY))\""
+    ),
+    "fchmodat2 (452)": (
+        f'touch /app/a8 && {PY} "import ctypes as c, os; l = c.CDLL(None, use_errno=True);'
+        f" r = l.syscall(452, -100, b'/app/a8', 0o4755, 0); raise SystemExit(0 if r == 0 else c.get_errno())\""
+    ),
+    "open with O_CREAT and a set-uid mode": f"{PY} \"import os; os.open('/app/a9', os.O_CREAT | os.O_WRONLY, 0o4755)\"",
+    "mknod of a set-uid regular file": f"{PY} \"import os; os.mknod('/app/a10', 0o104755)\"",
+    "mknod of a character device (null)": f"{PY} \"import os; os.mknod('/app/a11', 0o20666, os.makedev(1, 3))\"",
+    "io_uring (opens on the kernel's side)": (
+        f'{PY} "import ctypes as c; l = c.CDLL(None, use_errno=True); p = (c.c_char * 120)();'
+        f' r = l.syscall(425, 4, p); raise SystemExit(0 if r >= 0 else c.get_errno())"'
+    ),
+}
+
+
+def test_no_way_in_leaves_a_set_id_file_or_a_device_in_the_workspace(sb: Sandbox, shared_workspace: Path) -> None:
+    failed = {}
+    for name, attack in ATTACKS.items():
+        r = sb.execute(attack)
+        failed[name] = r.return_code != 0
+    assert all(failed.values()), f"an attack reported success: {[n for n, f in failed.items() if not f]}"
+    assert _set_id_files(shared_workspace) == []
+    sb.execute("rm -f /app/a*")
+
+
+def test_a_link_swapped_while_the_guard_checks_never_lands_the_bit_in_the_workspace(
+    sb: Sandbox, shared_workspace: Path
+) -> None:
+    """The path flips between a file in /tmp and one in /app as fast as a loop can: the guard acts
+    on the file it checked, so /tmp's file may get the bit and /app's never does."""
+    r = sb.execute(
+        "cp /bin/sh /app/target && cp /bin/sh /tmp/decoy;"
+        " (while [ ! -e /tmp/stop ]; do ln -sfn /tmp/decoy /tmp/flip; ln -sfn /app/target /tmp/flip; done) &"
+        " ok=0; for i in $(seq 150); do chmod 4755 /tmp/flip 2>/dev/null && ok=$((ok+1)); done;"
+        " touch /tmp/stop; wait;"
+        " echo ok=$ok; stat -c %a /tmp/decoy"
+    )
+    assert r.return_code == 0 and "ok=" in r.output, r.output
+    assert not (shared_workspace / "target").stat().st_mode & SETID, r.output
+    sb.execute("rm -f /app/target")
+
+
+def test_set_id_programs_outside_the_workspace_keep_their_bits(sb: Sandbox) -> None:
+    """`apt-get install` unpacks set-uid programs (ssh-keysign, chrome-sandbox) with fchmod: outside
+    /app the guard makes the change for a caller allowed to, and no more than it may."""
+    r = sb.execute(
+        "cp /bin/true /usr/local/bin/t && chmod 4755 /usr/local/bin/t && stat -c %a /usr/local/bin/t;"
+        f" {PY} \"import os; fd = os.open('/usr/local/bin/t', os.O_RDONLY); os.fchmod(fd, 0o2711);"
+        ' print(oct(os.stat(fd).st_mode & 0o7777))"'
+    )
+    assert r.return_code == 0 and r.output.split() == ["4755", "0o2711"], r.output
+    # a process that dropped to nobody may not make root's file set-uid through the guard (it is
+    # refused: the guard, without CAP_SYS_PTRACE, cannot even look at another uid's process)
+    nobody = "setpriv --reuid 65534 --regid 65534 --clear-groups"
+    r = sb.execute(f"{nobody} chmod 4755 /usr/local/bin/t; stat -c %a /usr/local/bin/t")
+    assert "chmod: changing permissions" in r.output and r.output.split()[-1] == "2711", r.output
+    # ...and no descriptor of the guard's listener reaches the shell
+    r = sb.execute("ls -l /proc/$$/fd /proc/self/fd | grep -c seccomp || true")
+    assert r.output.strip() == "0", r.output
+
+
+def test_in_locked_the_workspace_refuses_set_id_bits_too(workspace: Path, settings: Settings) -> None:
+    """In locked the agent and the model run as the workspace's non-root owner."""
+    os.chown(workspace, 1000, 1000)
+    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+        r = sb.execute("cp /bin/sh /app/s && chmod 4311 /app/s")
+        assert r.return_code != 0 and "Operation not permitted" in r.output, r.output
+        r = sb.execute("touch /tmp/own && chmod 4755 /tmp/own && stat -c %a /tmp/own")  # not the workspace
+        assert r.output.split()[-1] == "4755", r.output
+    assert _set_id_files(workspace) == []
