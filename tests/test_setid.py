@@ -48,6 +48,10 @@ ATTACKS = {
     "open with O_CREAT and a set-uid mode": f"{PY} \"import os; os.open('/app/a9', os.O_CREAT | os.O_WRONLY, 0o4755)\"",
     "mknod of a set-uid regular file": f"{PY} \"import os; os.mknod('/app/a10', 0o104755)\"",
     "mknod of a character device (null)": f"{PY} \"import os; os.mknod('/app/a11', 0o20666, os.makedev(1, 3))\"",
+    "chmod of /proc/self/fd/N, N an /app file": "touch /app/a12 && exec 7</app/a12 && chmod 4755 /proc/self/fd/7",
+    "a link to /proc/self/fd/N": (
+        "touch /app/a13 && exec 8</app/a13 && ln -sf /proc/self/fd/8 /tmp/l13 && chmod 4755 /tmp/l13"
+    ),
     "io_uring (opens on the kernel's side)": (
         f'{PY} "import ctypes as c; l = c.CDLL(None, use_errno=True); p = (c.c_char * 120)();'
         f' r = l.syscall(425, 4, p); raise SystemExit(0 if r >= 0 else c.get_errno())"'
@@ -62,7 +66,18 @@ def test_no_way_in_leaves_a_set_id_file_or_a_device_in_the_workspace(sb: Sandbox
         failed[name] = r.return_code != 0
     assert all(failed.values()), f"an attack reported success: {[n for n, f in failed.items() if not f]}"
     assert _set_id_files(shared_workspace) == []
-    sb.execute("rm -f /app/a*")
+    sb.execute("rm -f /app/a*; exec 7<&- 8<&-")
+
+
+def test_the_guard_cannot_be_turned_on_the_agents_own_files(sb: Sandbox) -> None:
+    """/proc/self/fd/N, resolved by the guard, would be the agent's descriptor N (its /dev/null, its
+    state files): every such chmod is refused, and nothing of the agent's changes mode."""
+    r = sb.execute(
+        "for n in $(seq 0 40); do chmod 4600 /proc/self/fd/$n 2>/dev/null && echo changed $n; done;"
+        " cd /proc/self && chmod 4600 fd/0 2>/dev/null && echo relative; stat -c %a /dev/null"
+    )
+    assert r.output.split() == ["666"], r.output
+    assert sb.execute("echo still here").output == "still here\n"
 
 
 def test_a_link_swapped_while_the_guard_checks_never_lands_the_bit_in_the_workspace(

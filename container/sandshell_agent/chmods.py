@@ -2,7 +2,8 @@
 
 A `chmod`, `fchmod`, `fchmodat` or `fchmodat2` asking for a set-uid or set-gid bit stops in the
 kernel until this guard answers. The guard finds the file the caller named (through the caller's
-/proc: its cwd, its descriptors, its memory for the path), and if that file is reached through
+/proc: its cwd, its descriptors, its memory for the path; through no magic link, as
+/proc/self/fd/N would name the guard's own descriptor, not the caller's), and if that file is reached through
 the /app mount the answer is EPERM. Anywhere else the guard makes the change itself, on the very
 file it checked, and answers with the result: the call is never let through to the kernel after
 the check, so swapping a path or a descriptor between the two changes nothing. It does for the
@@ -24,6 +25,7 @@ import threading
 from . import setid
 
 AT_FDCWD, AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = -100, 0x100, 0x1000
+OPENAT2, RESOLVE_NO_MAGICLINKS = 437, 0x02
 NOTIF_RECV, NOTIF_SEND, NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
 CAP_FOWNER, CAP_FSETID = 3, 4
 PATH_MAX = 4096
@@ -31,6 +33,10 @@ PATH_MAX = 4096
 
 class Data(ctypes.Structure):
     _fields_ = [("nr", ctypes.c_int), ("arch", ctypes.c_uint32), ("ip", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
+
+
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
 class Notif(ctypes.Structure):
@@ -156,7 +162,7 @@ class Guard:
                 bfd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 try:
                     nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
-                    target = os.open(path, os.O_PATH | os.O_CLOEXEC | nofollow, dir_fd=bfd)
+                    target = self.lookup(bfd, path, os.O_PATH | os.O_CLOEXEC | nofollow)
                 finally:
                     os.close(bfd)
         try:
@@ -166,6 +172,15 @@ class Guard:
             return self.change(target, mode, caller)
         finally:
             os.close(target)
+
+    def lookup(self, dirfd: int, path: str, flags: int) -> int:
+        """Open `path` as the caller named it, through no magic link: /proc/self/fd/3 would be the
+        guard's own descriptor here, not the caller's (a way to chmod the agent's files)."""
+        how = OpenHow(flags, 0, RESOLVE_NO_MAGICLINKS)
+        fd = self.libc.syscall(OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "lookup failed")
+        return int(fd)
 
     def change(self, fd: int, mode: int, caller: Caller) -> int:
         st = os.fstat(fd)
