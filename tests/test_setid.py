@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from sandshell.config import Settings
 from sandshell.sandbox.sandbox import Sandbox
@@ -51,6 +54,11 @@ ATTACKS = {
     "chmod of /proc/self/fd/N, N an /app file": "touch /app/a12 && exec 7</app/a12 && chmod 4755 /proc/self/fd/7",
     "a link to /proc/self/fd/N": (
         "touch /app/a13 && exec 8</app/a13 && ln -sf /proc/self/fd/8 /tmp/l13 && chmod 4755 /tmp/l13"
+    ),
+    "renameat2 leaving a whiteout (a character device 0:0)": (
+        f'touch /app/a14 && {PY} "import ctypes as c; l = c.CDLL(None, use_errno=True);'
+        f" r = l.syscall(316, -100, b'/app/a14', -100, b'/app/a15', 4);"
+        f' raise SystemExit(0 if r == 0 else c.get_errno())"'
     ),
     "io_uring (opens on the kernel's side)": (
         f'{PY} "import ctypes as c; l = c.CDLL(None, use_errno=True); p = (c.c_char * 120)();'
@@ -125,3 +133,56 @@ def test_in_locked_the_workspace_refuses_set_id_bits_too(workspace: Path, settin
         r = sb.execute("touch /tmp/own && chmod 4755 /tmp/own && stat -c %a /tmp/own")  # not the workspace
         assert r.output.split()[-1] == "4755", r.output
     assert _set_id_files(workspace) == []
+
+
+def test_no_host_file_takes_a_set_id_bit_not_even_outside_the_workspace(workspace: Path, settings: Settings) -> None:
+    """Every mount but the container's own filesystem and /tmp is a host file: the engine's binds of
+    /etc/hosts and the like, and a mount under the workspace (bound in with it: its own mount)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting under the workspace needs root on the host")
+    sub = workspace / "sub"
+    sub.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "sandshell-test", str(sub)], check=True)
+    try:
+        with Sandbox(workspace=workspace, settings=settings) as sb:
+            r = sb.execute("cp /bin/sh /app/sub/x && chmod 4755 /app/sub/x")
+            assert r.return_code != 0 and "Operation not permitted" in r.output, r.output
+            r = sb.execute(
+                "for f in /etc/hosts /etc/hostname /etc/resolv.conf; do chmod 4755 $f && echo $f; done; true"
+            )
+            assert "/etc/" not in r.output.replace("changing permissions of '/etc/", ""), r.output
+            assert not (sub / "x").stat().st_mode & SETID
+    finally:
+        subprocess.run(["umount", str(sub)], check=True)
+
+
+def test_the_guard_allows_no_more_than_the_caller_may(sb: Sandbox) -> None:
+    """It acts with the caller's own credentials: a root process without CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH cannot reach a file in another user's 0700 folder through it."""
+    r = sb.execute(
+        "mkdir -p /tmp/priv && touch /tmp/priv/f && chown 1000 /tmp/priv && chmod 700 /tmp/priv;"
+        " drop='--inh-caps=-dac_override,-dac_read_search --bounding-set=-dac_override,-dac_read_search';"
+        " setpriv $drop chmod 755 /tmp/priv/f; echo plain=$?; setpriv $drop chmod 4755 /tmp/priv/f; echo setid=$?;"
+        " stat -c %a /tmp/priv/f; chmod 4755 /tmp/priv/f && stat -c %a /tmp/priv/f"
+    )
+    assert "plain=1" in r.output and "setid=1" in r.output, r.output
+    assert r.output.split()[-2:] == ["644", "4755"], r.output
+    sb.execute("rm -rf /tmp/priv")
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_every_transport_runs_the_agent_as_an_untraceable_pid_1(
+    workspace: Path, settings: Settings, transport: str
+) -> None:
+    """With Docker's init as PID 1 and the agent traceable, a process inside ran `chmod` in them
+    through ptrace, outside the filter (a set-uid root shell in the host folder), and could stop
+    the agent with SIGSTOP."""
+    with Sandbox(workspace=workspace, settings=settings.replace(transport=transport)) as sb:
+        r = sb.execute(
+            "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/environ >/dev/null 2>&1 && echo read-environ;"
+            " python3 -c 'import ctypes; print(\"ptrace\", ctypes.CDLL(None).ptrace(16, 1, 0, 0))'; kill -STOP 1"
+        )
+        assert "sandshell_agent" in r.output and "read-environ" not in r.output, r.output
+        assert "ptrace -1" in r.output, r.output
+        assert sb.ping() < 1.0
+        assert sb.execute("echo alive").output == "alive\n"

@@ -142,8 +142,9 @@ class ContainerSpec:
             "environment": self.environment(),
             "volumes": mounts,
             "working_dir": "/app",
-            # attach: the agent is PID 1, with no init beside it holding the channel's pipes
-            "init": self.transport != "attach",
+            # the agent is PID 1: no init beside it holding the channel's pipes, or outside the
+            # agent's set-id filter where a traced process could act for the model
+            "init": False,
             "stdin_open": self.transport == "attach",
             "detach": True,
             "cap_drop": ["ALL"],

@@ -10,7 +10,7 @@ import sys
 
 from . import chmods, setid
 from .server import Agent, Config
-from .stdio import seal
+from .stdio import seal, undumpable
 
 
 def listen(args: argparse.Namespace, cfg: Config) -> socket.socket:
@@ -47,7 +47,8 @@ def main() -> None:
     where.add_argument("--tcp", help="listen on HOST:PORT (needs SANDSHELL_TOKEN)")
     args = parser.parse_args()
     try:  # first: everything the agent starts, the model's shell included, inherits it
-        guard = chmods.Guard("/app")  # its thread is not under the filter: it starts before it
+        undumpable()
+        guard = chmods.Guard()  # its thread is not under the filter: it starts before it
         guard.listen(setid.install())
     except (OSError, ValueError) as e:
         sys.exit(f"sandshell-agent: {e}; refusing to run a shell that could leave set-uid files on the host")
@@ -55,24 +56,19 @@ def main() -> None:
     # The agent's settings (and a socket's token) never reach the model's shell.
     for key in [k for k in os.environ if k.startswith("SANDSHELL_")]:
         del os.environ[key]
+    # As PID 1 (no init: it would be a root process outside the filter, open to tracing), a signal
+    # from inside the container is delivered only if we handle it: handle none. The engine's
+    # SIGKILL, from outside, still ends us.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
     if args.stdio:
         channel = seal()
-        # As PID 1, a signal from inside the container is delivered only if we handle it: handle none.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_DFL)
         print("sandshell-agent ready on stdin/stdout", file=sys.stderr, flush=True)
         Agent(cfg, stdio=channel).serve_forever()
         return
     if not cfg.token:
         sys.exit("sandshell-agent: SANDSHELL_TOKEN is not set; refusing to start without a session token")
     agent = Agent(cfg, listener=listen(args, cfg))
-
-    def stop(_sig: int, _frame: object) -> None:
-        agent.shell.kill()
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     print(f"sandshell-agent ready on {args.unix or args.tcp}", flush=True)
     agent.serve_forever()
 

@@ -1,34 +1,44 @@
-"""The chmods the set-id filter hands over (`setid.py`): refused in /app, done elsewhere.
+"""The chmods the set-id filter hands over (`setid.py`): done on the container's own files only.
 
 A `chmod`, `fchmod`, `fchmodat` or `fchmodat2` asking for a set-uid or set-gid bit stops in the
-kernel until this guard answers. The guard finds the file the caller named (through the caller's
-/proc: its cwd, its descriptors, its memory for the path; through no magic link, as
-/proc/self/fd/N would name the guard's own descriptor, not the caller's), and if that file is reached through
-the /app mount the answer is EPERM. Anywhere else the guard makes the change itself, on the very
-file it checked, and answers with the result: the call is never let through to the kernel after
-the check, so swapping a path or a descriptor between the two changes nothing. It does for the
-caller only what the caller could do: the file's owner, or a caller holding CAP_FOWNER; set-gid
-on a file of another group needs CAP_FSETID, as the kernel's own rule, or it is left out.
-Anything the guard cannot establish (the caller gone, its memory unreadable) is EPERM.
+kernel until this guard answers. The guard finds the file the caller named, through the
+caller's /proc (its cwd, its descriptors, its memory for the path) and through no magic link:
+/proc/self/fd/N would name the guard's own descriptor, not the caller's. On the container's own
+filesystem and /tmp it makes the change itself, on the very file it checked, and answers with
+the result: the call never goes on to the kernel after the check, so a path or a descriptor
+swapped in between changes nothing. On any other mount (/app, a mount under it, the engine's
+binds of /etc/hosts and the like: all of them host files) the answer is EPERM. The lookup and
+the change are made with the caller's own file-system credentials (uid, gid, groups,
+capabilities, on the guard's thread alone), so the kernel allows exactly what it would allow the
+caller. Anything the guard cannot establish (the caller gone, its memory unreadable, another uid
+than the agent's, which it may not look into without CAP_SYS_PTRACE) is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import platform
 import queue
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 
 from . import setid
 
 AT_FDCWD, AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = -100, 0x100, 0x1000
 OPENAT2, RESOLVE_NO_MAGICLINKS = 437, 0x02
 NOTIF_RECV, NOTIF_SEND, NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
-CAP_FOWNER, CAP_FSETID = 3, 4
 PATH_MAX = 4096
+CAP_V3 = 0x20080522
+# Per-thread credential calls, made raw: glibc's setgroups changes every thread of the process.
+SYSCALLS = {
+    "x86_64": {"setgroups": 116, "setfsuid": 122, "setfsgid": 123, "capget": 125, "capset": 126},
+    "aarch64": {"setgroups": 159, "setfsuid": 151, "setfsgid": 152, "capget": 90, "capset": 91},
+}
 
 
 class Data(ctypes.Structure):
@@ -37,6 +47,14 @@ class Data(ctypes.Structure):
 
 class OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 class Notif(ctypes.Structure):
@@ -60,6 +78,12 @@ def mount_id(fd: int) -> int:
     raise OSError(errno.EPERM, "no mount id")
 
 
+def mounts_at(points: tuple[str, ...]) -> set[int]:
+    """The ids of the mounts on these mount points (/proc/self/mountinfo: id parent dev root point ...)."""
+    with open("/proc/self/mountinfo") as f:
+        return {int(fields[0]) for fields in (line.split() for line in f) if fields[4] in points}
+
+
 def call_name(arch: int, nr: int) -> str | None:
     nr = nr & ~setid.X32_BIT if arch == setid.ARCH_X86_64 else nr
     return next((n for n, (num, rule, _) in setid.TABLES.get(arch, {}).items() if num == nr and rule == "chmod"), None)
@@ -78,9 +102,6 @@ class Caller:
         self.fsuid, self.fsgid = int(fields["Uid"][3]), int(fields["Gid"][3])
         self.groups = {int(g) for g in fields.get("Groups", [])}
         self.caps = int(fields["CapEff"][0], 16)
-
-    def can(self, cap: int) -> bool:
-        return bool(self.caps >> cap & 1)
 
     def string(self, address: int) -> str:
         """A NUL-ended path from the caller's memory (read a piece at a time: it may end near a page's end)."""
@@ -104,15 +125,9 @@ class Guard:
     """Answers the handed-over chmods on a thread of its own, started before the filter exists (so
     that the changes it makes are not handed over to itself)."""
 
-    def __init__(self, protected: str = "/app") -> None:
+    def __init__(self, allowed: tuple[str, ...] = ("/", "/tmp")) -> None:
         self.libc = ctypes.CDLL(None, use_errno=True)
-        self.protected: int | None = None
-        if os.path.isdir(protected):
-            fd = os.open(protected, os.O_PATH | os.O_CLOEXEC)
-            try:
-                self.protected = mount_id(fd)
-            finally:
-                os.close(fd)
+        self.allowed = mounts_at(allowed)  # fixed: nothing inside may mount (no CAP_SYS_ADMIN)
         self.listener: queue.Queue[int] = queue.Queue(1)
         self.thread = threading.Thread(target=self._serve, name="setid-guard", daemon=True)
         self.thread.start()
@@ -146,32 +161,33 @@ class Guard:
         args = n.data.args
         mode = args[setid.TABLES[n.data.arch][name][2][0]] & 0o7777
         pid = n.pid
+        caller = Caller(pid)
+        path, flags = "", 0
         if name == "fchmod":
-            target = os.open(f"/proc/{pid}/fd/{_int32(args[0])}", os.O_PATH | os.O_CLOEXEC)
+            start = os.open(f"/proc/{pid}/fd/{_int32(args[0])}", os.O_PATH | os.O_CLOEXEC)
         else:
-            path_at = 0 if name == "chmod" else 1
             dirfd = AT_FDCWD if name == "chmod" else _int32(args[0])
             flags = _int32(args[3]) if name == "fchmodat2" else 0
-            path = Caller(pid).string(args[path_at])
-            base = f"/proc/{pid}/cwd" if dirfd == AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
-            if not path and flags & AT_EMPTY_PATH:
-                target = os.open(base, os.O_PATH | os.O_CLOEXEC)
-            elif not path:
+            path = caller.string(args[0 if name == "chmod" else 1])
+            if not path and not flags & AT_EMPTY_PATH:
                 return errno.ENOENT
-            else:
-                bfd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
-                    target = self.lookup(bfd, path, os.O_PATH | os.O_CLOEXEC | nofollow)
-                finally:
-                    os.close(bfd)
+            base = f"/proc/{pid}/cwd" if dirfd == AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
+            start = os.open(base, os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if path else 0))
         try:
-            caller = Caller(pid)  # read after the file: the pid is checked to still be the caller's below
+            # everything read from /proc/PID is the caller's only if PID is still the caller
             if self.libc.ioctl(listener, NOTIF_ID_VALID, ctypes.byref(ctypes.c_uint64(n.id))) != 0:
                 return errno.ENOENT
-            return self.change(target, mode, caller)
+            with self.acting_as(caller):
+                if not path:
+                    return self.change(start, mode)
+                nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
+                target = self.lookup(start, path, os.O_PATH | os.O_CLOEXEC | nofollow)
+                try:
+                    return self.change(target, mode)
+                finally:
+                    os.close(target)
         finally:
-            os.close(target)
+            os.close(start)
 
     def lookup(self, dirfd: int, path: str, flags: int) -> int:
         """Open `path` as the caller named it, through no magic link: /proc/self/fd/3 would be the
@@ -182,15 +198,45 @@ class Guard:
             raise OSError(ctypes.get_errno(), "lookup failed")
         return int(fd)
 
-    def change(self, fd: int, mode: int, caller: Caller) -> int:
-        st = os.fstat(fd)
-        if self.protected is not None and mount_id(fd) == self.protected:
-            return errno.EPERM  # the workspace: a set-id file there would be one on the host
-        if stat.S_ISLNK(st.st_mode):
+    def change(self, fd: int, mode: int) -> int:
+        if mount_id(fd) not in self.allowed:
+            return errno.EPERM  # a host file (the workspace above all): a set-id file there is one on the host
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
             return errno.EOPNOTSUPP
-        if caller.fsuid != st.st_uid and not caller.can(CAP_FOWNER):
-            return errno.EPERM
-        if not caller.can(CAP_FSETID) and st.st_gid != caller.fsgid and st.st_gid not in caller.groups:
-            mode &= ~stat.S_ISGID
-        os.chmod(f"/proc/self/fd/{fd}", mode)
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # as the caller: the kernel's own owner and group rules
         return 0
+
+    def _raw(self, name: str, *args: object) -> int:
+        return int(self.libc.syscall(SYSCALLS[platform.machine()][name], *args))
+
+    def _caps(self, data: ctypes.Array[CapData] | None = None) -> ctypes.Array[CapData]:
+        header, out = CapHeader(CAP_V3, 0), (CapData * 2)()
+        if self._raw("capset" if data else "capget", ctypes.byref(header), data or out) != 0:
+            raise OSError(ctypes.get_errno(), "capabilities")
+        return data or out
+
+    def _set_ids(self, groups: list[int], fsgid: int, fsuid: int) -> None:
+        if sorted(groups) != sorted(os.getgroups()):
+            array = (ctypes.c_uint32 * max(1, len(groups)))(*groups)
+            if self._raw("setgroups", len(groups), array) != 0:
+                raise OSError(ctypes.get_errno(), "setgroups")
+        for name, want in (("setfsgid", fsgid), ("setfsuid", fsuid)):
+            self._raw(name, want)
+            if self._raw(name, 0xFFFFFFFF) != want:  # an invalid id changes nothing and says the current one
+                raise OSError(errno.EPERM, name)
+
+    @contextlib.contextmanager
+    def acting_as(self, caller: Caller) -> Iterator[None]:
+        """This thread's file-system credentials made the caller's, and put back after."""
+        mine = self._caps()
+        groups, gid, uid = os.getgroups(), os.getegid(), os.geteuid()
+        try:
+            self._set_ids(sorted(caller.groups), caller.fsgid, caller.fsuid)
+            want = (CapData * 2)(*mine)
+            for i in range(2):
+                want[i].effective = (caller.caps >> (32 * i)) & mine[i].permitted
+            self._caps(want)
+            yield
+        finally:
+            self._caps(mine)  # first: setting the ids back needs CAP_SETUID and CAP_SETGID again
+            self._set_ids(groups, gid, uid)

@@ -4,14 +4,16 @@ Docker cannot mount a read-write bind `nosuid,nodev` (docs/security.md), and a s
 model leaves in /app is one on the host too: owned by root when the host user is root, a way in
 for any host user who can reach the folder. So the bits never get there. The kernel itself
 refuses (EPERM) a file created with a set-uid or set-gid mode (`open`, `openat`, `creat`,
-`mknod`) and every `mknod` of a character or block device, and hands every `chmod`, `fchmod`,
-`fchmodat` and `fchmodat2` asking for such a bit to the agent (`chmods.py`), which refuses it
-for a file in /app and does it for the caller elsewhere (`apt-get install` unpacks set-uid
-programs with `fchmod`, and must keep working). `openat2` (its mode sits in a struct a filter
-cannot read) and io_uring (which opens files on the kernel's side) answer ENOSYS, so programs
-fall back to `openat`. The filter is stacked on the engine's own profile, takes nothing away
-from it, and no process under it can remove it. 32-bit ARM programs on an arm64 host get ENOSYS
-for everything (their system calls are not in the table).
+`mknod`), every `mknod` of a character or block device, and every `renameat2` that would leave
+a whiteout (a character device) behind. It hands every `chmod`, `fchmod`, `fchmodat` and
+`fchmodat2` asking for such a bit to the agent (`chmods.py`), which makes the change for the
+caller on the container's own filesystem and /tmp only, and refuses it on any other mount (/app
+and whatever is mounted under it, the engine's binds of /etc/hosts and the like): `apt-get
+install` unpacks set-uid programs with `fchmod`, and keeps working. `openat2` (its mode sits in
+a struct a filter cannot read) and io_uring (which opens files on the kernel's side) answer
+ENOSYS, so programs fall back to `openat`. The filter is stacked on the engine's own profile,
+takes nothing away from it, and no process under it can remove it. 32-bit ARM programs on an
+arm64 host get ENOSYS for everything (their system calls are not in the table).
 
 The program is classic BPF over `struct seccomp_data` (nr, arch, ip, args[6]), built here rather
 than with libseccomp's bindings, which a base image pulled from a registry may lack.
@@ -25,6 +27,7 @@ import platform
 import struct
 
 SETID = 0o6000  # S_ISUID | S_ISGID
+RENAME_WHITEOUT = 4
 S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 CREATES = 0o100 | 0o20000000  # O_CREAT | __O_TMPFILE (the same on x86 and arm64)
 
@@ -33,7 +36,9 @@ X32_BIT = 0x40000000  # x32 system calls are x86_64's numbers with this bit set
 
 # Per architecture: name -> (number, rule, argument indexes). Rules: "chmod" (args[i] is the new
 # mode: a set-id bit goes to the agent), "mode" (args[i] is the mode of a file created: refused),
-# "create" (args[i] flags, args[j] mode: refused when the call creates), "node" (a mknod mode).
+# "create" (args[i] flags, args[j] mode: refused when the call creates), "node" (a mknod mode),
+# "whiteout" (renameat2's flags: RENAME_WHITEOUT leaves a character device 0:0 behind, and the
+# kernel lets that be made without CAP_MKNOD).
 TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
     ARCH_X86_64: {
         "open": (2, "create", (1, 2)),
@@ -45,6 +50,7 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "mknodat": (259, "node", (2,)),
         "fchmodat": (268, "chmod", (2,)),
         "fchmodat2": (452, "chmod", (2,)),
+        "renameat2": (316, "whiteout", (4,)),
     },
     ARCH_I386: {
         "creat": (8, "mode", (1,)),
@@ -56,12 +62,14 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "mknodat": (297, "node", (2,)),
         "fchmodat": (306, "chmod", (2,)),
         "fchmodat2": (452, "chmod", (2,)),
+        "renameat2": (353, "whiteout", (4,)),
     },
     ARCH_AARCH64: {
         "mknodat": (33, "node", (2,)),
         "fchmod": (52, "chmod", (1,)),
         "fchmodat": (53, "chmod", (2,)),
         "openat": (56, "create", (2, 3)),
+        "renameat2": (276, "whiteout", (4,)),
         "fchmodat2": (452, "chmod", (2,)),
     },
 }
@@ -123,6 +131,10 @@ def program(machine: str | None = None) -> bytes:
         p.op(RET, ALLOW)
         for name, (_, rule, args) in TABLES[arch].items():
             p.label(f"{arch}.{name}")
+            if rule == "whiteout":
+                p.arg(args[0])
+                p.op(JSET, RENAME_WHITEOUT, "deny", "allow")
+                continue
             if rule == "create":
                 p.arg(args[0])
                 p.op(JSET, CREATES, 0, "allow")

@@ -22,12 +22,18 @@ from .outbox import OutBuffer, PipeOut, Replay, Sender, Window
 PR_SET_DUMPABLE = 4
 
 
-def seal() -> tuple[int, int]:
-    """Make this process non-dumpable and take stdin/stdout for the channel (fds 0 and 1 become
-    /dev/null, so nothing started later inherits the channel, and a stray print cannot corrupt it)."""
+def undumpable() -> None:
+    """Without CAP_SYS_PTRACE, root inside can then neither trace this process nor open its /proc
+    fd, environ or mem (every transport: a traced agent would run what the tracer likes, outside
+    the set-id filter, on the guard's thread)."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def seal() -> tuple[int, int]:
+    """Take stdin/stdout for the channel (fds 0 and 1 become /dev/null, so nothing started later
+    inherits the channel, and a stray print cannot corrupt it)."""
     fd_in, fd_out = os.dup(0), os.dup(1)  # close-on-exec
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
