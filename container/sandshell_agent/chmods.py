@@ -137,6 +137,8 @@ class Guard:
 
     def _serve(self) -> None:
         fd = self.listener.get()
+        self.own = (self._caps(), os.getgroups(), os.getegid(), os.geteuid())  # this thread's, put back after each call
+        self.broken = False
         while True:
             notif = Notif()
             if self.libc.ioctl(fd, NOTIF_RECV, ctypes.byref(notif)) != 0:
@@ -156,7 +158,7 @@ class Guard:
     def answer(self, listener: int, n: Notif) -> int:
         """The errno for this call (0: done)."""
         name = call_name(n.data.arch, n.data.nr)
-        if name is None:
+        if name is None or self.broken:
             return errno.EPERM
         args = n.data.args
         mode = args[setid.TABLES[n.data.arch][name][2][0]] & 0o7777
@@ -228,8 +230,7 @@ class Guard:
     @contextlib.contextmanager
     def acting_as(self, caller: Caller) -> Iterator[None]:
         """This thread's file-system credentials made the caller's, and put back after."""
-        mine = self._caps()
-        groups, gid, uid = os.getgroups(), os.getegid(), os.geteuid()
+        mine, groups, gid, uid = self.own
         try:
             self._set_ids(sorted(caller.groups), caller.fsgid, caller.fsuid)
             want = (CapData * 2)(*mine)
@@ -238,5 +239,9 @@ class Guard:
             self._caps(want)
             yield
         finally:
-            self._caps(mine)  # first: setting the ids back needs CAP_SETUID and CAP_SETGID again
-            self._set_ids(groups, gid, uid)
+            try:
+                self._caps(mine)  # first: setting the ids back needs CAP_SETUID and CAP_SETGID again
+                self._set_ids(groups, gid, uid)
+            except OSError:
+                self.broken = True  # credentials in an unknown state: refuse everything from now on
+                raise
