@@ -110,7 +110,8 @@ class Settings:
         "SANDSHELL_TRANSPORT",
         "attach",
         "attach (the agent's stdin/stdout through the Docker API: nothing inside can reach it; works on any "
-        "engine); unix or tcp (a token-guarded socket: for debugging, the token is readable inside)",
+        "engine); unix or tcp (a token-guarded socket, for debugging: its folder is bound in, so a process "
+        "inside can try tokens)",
     )
     docker_host: str = _f(
         "SANDSHELL_DOCKER_HOST",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,31 @@ def test_every_transport_runs_the_agent_as_an_untraceable_pid_1(
         assert "ptrace -1" in r.output, r.output
         assert sb.ping() < 1.0
         assert sb.execute("echo alive").output == "alive\n"
+
+
+def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentence() -> None:
+    """A kernel or engine profile without seccomp filters: the agent stops before any shell exists,
+    and says why (the host shows the agent's last stderr line when it dies)."""
+    deny_seccomp = (
+        "import ctypes, errno, struct, sys; sys.path.insert(0, sys.argv[1]);"
+        "from sandshell_agent import setid as s;"
+        "p = s.Program(); p.op(s.LD_ABS, 0); p.op(s.JEQ, 317, 'no', 0);"
+        "p.op(s.RET, s.ALLOW); p.label('no'); p.op(s.RET, s.ERRNO | errno.ENOSYS); code = p.assemble();"
+        "libc = ctypes.CDLL(None, use_errno=True); buf = ctypes.create_string_buffer(code, len(code));"
+        "prog = s._SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p));"
+        "assert libc.prctl(38, 1, 0, 0, 0) == 0 and libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0;"
+        "import runpy; sys.argv = ['sandshell_agent', '--stdio'];"
+        "runpy.run_module('sandshell_agent', run_name='__main__')"
+    )
+    agent_dir = str(Path(__file__).resolve().parents[1] / "container")
+    done = subprocess.run(
+        [sys.executable, "-c", deny_seccomp, agent_dir],
+        input=b"",
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode != 0
+    said = done.stderr.decode().strip().splitlines()
+    assert said and "refusing to run a shell that could leave set-uid files on the host" in said[-1], said
+    assert "Traceback" not in done.stderr.decode()

@@ -50,7 +50,10 @@ def main() -> None:
         undumpable()
         guard = chmods.Guard()  # its thread is not under the filter: it starts before it
         guard.listen(setid.install())
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        why = f"{e.strerror or e}: {os.strerror(e.errno)}" if e.errno else str(e)
+        sys.exit(f"sandshell-agent: {why}; refusing to run a shell that could leave set-uid files on the host")
+    except ValueError as e:
         sys.exit(f"sandshell-agent: {e}; refusing to run a shell that could leave set-uid files on the host")
     cfg = Config(dict(os.environ))
     # The agent's settings (and a socket's token) never reach the model's shell.
