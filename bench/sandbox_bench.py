@@ -145,6 +145,25 @@ def throughput(sb: Sandbox, mb: int, rounds: int = 5) -> tuple[float, float]:
     return statistics.median(agent), statistics.median(cli)
 
 
+SETID_CHMODS = """
+import os, time
+p = "/tmp/bench-chmod"; open(p, "w").close()
+def each(mode, n=2000):
+    t = time.perf_counter()
+    for _ in range(n):
+        os.chmod(p, mode)
+    return (time.perf_counter() - t) / n
+print(each(0o755), each(0o4755))
+"""
+
+
+def setid_chmods(sb: Sandbox) -> tuple[float, float]:
+    """Seconds per chmod inside: a plain one, and one asking for a set-uid bit (the agent's guard makes it)."""
+    r = sb.execute(f"python3 - <<'PY'\n{SETID_CHMODS}\nPY", timeout=60)
+    plain, setid = (float(x) for x in r.output.split())
+    return plain, setid
+
+
 def peak_rss(sb: Sandbox, gb: int) -> tuple[float, float, float]:
     me = psutil.Process()
     before = me.memory_info().rss
@@ -204,6 +223,7 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
         first = first_byte(sb)
         a_mbs, c_mbs = throughput(sb, args.mb)
         rss0, rss1, secs = peak_rss(sb, args.gb)
+        plain, setid = setid_chmods(sb)
     ms = 1000
     print("| measure | sandshell agent | docker exec | ratio |")
     print("|---|---|---|---|")
@@ -225,6 +245,8 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
         f"| {a_mbs / c_mbs:.2f}x |"
     )
     print(f"| host RSS while {args.gb} GB streams ({secs:.0f} s) | {rss0:.0f} MB before, {rss1:.0f} MB peak | | |")
+    print(f"| a chmod inside (2,000 in a loop): plain, and asking for a set-uid bit (through the agent's guard) "
+          f"| {plain * 1e6:.1f} µs, {setid * 1e6:.0f} µs | | |")  # fmt: skip
 
 
 if __name__ == "__main__":
