@@ -58,6 +58,30 @@ def test_the_agent_cannot_be_killed_or_stopped_from_inside(workspace: Path, sett
         assert sb.execute("echo back").output == "back\n" and sb.container.id == container  # the same agent
 
 
+def test_signals_limits_and_priorities_aimed_at_the_agent_change_nothing(workspace: Path, settings: Settings) -> None:
+    """The model shares the agent's uid and gid, which is all the kernel asks to lower another
+    process's limits or priority (`prlimit --pid 1 --nofile=12:12` killed the agent), and glibc
+    catches signal 33 once a thread exists (a few `kill -33 1` loops stalled the agent for 25 s)."""
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        r = sb.execute(
+            "grep SigCgt /proc/1/status; for t in /proc/1/task/*; do t=${t##*/};"
+            " prlimit --pid $t --nofile=12:12 2>/dev/null && echo limited;"
+            " renice -n 19 -p $t >/dev/null 2>&1 && echo reniced; chrt -i -p 0 $t 2>/dev/null && echo idle;"
+            " ionice -c3 -p $t 2>/dev/null && echo ioniced; done;"
+            " for i in 1 2 3 4; do (timeout 4 perl -e 'while (1) { kill 33, 1; kill 32, 1 }' &); done; echo flooding",
+            timeout=10,
+        )
+        assert "SigCgt:\t0000000000000000" in r.output and r.output.endswith("flooding\n"), r.output
+        assert not any(w in r.output for w in ("limited", "reniced", "idle", "ioniced")), r.output
+        start = time.monotonic()
+        assert sb.execute("echo hi", timeout=10).output == "hi\n"
+        assert sb.ping() < 1.0 and time.monotonic() - start < 3, "the flood slowed the agent"
+        r = sb.execute(
+            "nice -n 5 true && prlimit --nofile=100:100 true && chrt -i 0 true && ionice -c3 true && echo own"
+        )
+        assert r.output.endswith("own\n"), r.output  # a command may still do all this to itself
+
+
 @pytest.mark.parametrize("transport", ["attach", "unix"])
 def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Settings, transport: str) -> None:
     s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0, transport=transport)

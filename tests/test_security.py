@@ -17,6 +17,7 @@ import pytest
 
 from sandshell import config
 from sandshell.config import Settings
+from sandshell.errors import SandshellError
 from sandshell.model.script import ScriptBackend
 from sandshell.runner import open_session, run_task
 from sandshell.sandbox.container import STANDARD_CAPS
@@ -151,6 +152,42 @@ def _socket_is_private(sb: Sandbox) -> None:
     connect_and_run(right, "/app/control")  # the same frames with the token do run: the test can fail
     assert sb.execute("ls /app/control && rm /app/control").return_code == 0
     assert sb.execute("ls /app/pwned 2>&1").return_code != 0, "a connection without the token ran a command"
+
+
+STAND_IN = r"""
+import os, socket
+d = "/run/sandshell"
+os.rename(f"{d}/agent.sock", f"{d}/real.sock")
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(f"{d}/agent.sock")
+srv.listen(8)
+while True:
+    c, _ = srv.accept()
+    c.settimeout(2)
+    try:
+        data = c.recv(65536)
+    except OSError:
+        data = b""
+    with open("/app/caught", "ab") as f:
+        f.write(data or b"(nothing)\n")
+    c.close()
+"""
+
+
+def test_a_listener_put_in_the_agents_place_never_gets_the_token(workspace: Path, settings: Settings) -> None:
+    """The unix transport's folder is bound in: root inside renamed the agent's socket and listened
+    at its path, and the host's next hello (after a dropped link) carried the session token to it."""
+    (workspace / "stand_in.py").write_text(STAND_IN)
+    with Sandbox(workspace=workspace, settings=settings.replace(transport="unix")) as sb:
+        sb.execute("(python3 /app/stand_in.py >/dev/null 2>&1 &); sleep 0.5")
+        assert sb.conn is not None and sb.conn.sock is not None
+        token = sb.conn.token
+        sb.conn.sock.shutdown(socket.SHUT_RDWR)  # the host must connect again
+        with contextlib.suppress(SandshellError):
+            sb.execute("echo hi", timeout=5)
+    caught = (workspace / "caught").read_bytes()
+    assert b"(nothing)" in caught, caught  # the host did reach the stand-in...
+    assert token.encode() not in caught and b"hello" not in caught, caught  # ...and said nothing to it
 
 
 def test_copy_mode_never_follows_a_symlink_out_of_the_workspace(workspace: Path, settings: Settings) -> None:

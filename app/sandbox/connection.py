@@ -7,6 +7,7 @@ import secrets
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections import deque
@@ -26,9 +27,10 @@ class ConnectionLost(Exception):
 class Connection:
     """One socket to the agent. `send` may be called from any thread; `recv` from one reader."""
 
-    def __init__(self, address: str | tuple[str, int], token: str) -> None:
+    def __init__(self, address: str | tuple[str, int], token: str, agent_pid: int | None = None) -> None:
         self.address = address
         self.token = token
+        self.agent_pid = agent_pid  # a unix socket's peer must be this process (the engine's pid for it)
         self.sock: socket.socket | None = None
         self._reader = FrameReader(MAX_FRAME)
         self._frames: deque[dict[str, Any] | FrameError] = deque()
@@ -64,6 +66,16 @@ class Connection:
         except OSError as e:
             sock.close()
             raise ConnectionLost(f"cannot connect to the agent: {e}") from None
+        if family == socket.AF_UNIX and self.agent_pid is not None:
+            # The socket's folder is bound into the container: root inside can put a listener of its
+            # own at the path and collect the token. The kernel says who listens; only the agent counts.
+            peer, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if peer != self.agent_pid:
+                sock.close()
+                raise ProtocolError(
+                    f"the agent's socket is held by another process (pid {peer}, not the agent's {self.agent_pid}):"
+                    " something inside the container took its place; the session token was not sent"
+                )
         return sock
 
     def _feed(self, data: bytes) -> None:

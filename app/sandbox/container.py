@@ -84,6 +84,13 @@ class ContainerSpec:
         self.socket_dir = path
         return path
 
+    def peer(self, container: Any) -> int | None:
+        """Who must hold a unix socket's other end: the agent, the container's PID 1 (its pid here)."""
+        if self.transport != "unix":
+            return None
+        container.reload()
+        return int(container.attrs["State"]["Pid"])
+
     def address(self, container: Any) -> str | tuple[str, int]:
         if self.transport == "unix":
             assert self.socket_dir is not None

@@ -77,7 +77,8 @@ class Sandbox:
         if self._spec.transport == "attach":
             self.conn = AttachConnection(self._docker.api, self.container.id)
         else:
-            self.conn = Connection(self._spec.address(self.container), self._spec.token)
+            spec, box = self._spec, self.container
+            self.conn = Connection(spec.address(box), spec.token, spec.peer(box))
         self._connect(resume=None, wait=15.0)
         self._sync.begin(self.container)  # /app as it came in, before the model touches it
 

@@ -10,7 +10,7 @@ import sys
 
 from . import chmods, setid
 from .server import Agent, Config
-from .stdio import seal, undumpable
+from .stdio import ignore_libc_signals, seal, undumpable
 
 
 def listen(args: argparse.Namespace, cfg: Config) -> socket.socket:
@@ -50,6 +50,7 @@ def main() -> None:
         undumpable()
         guard = chmods.Guard()  # its thread is not under the filter: it starts before it
         guard.listen(setid.install())
+        ignore_libc_signals()  # after the first thread: glibc has set its handlers by then
     except OSError as e:
         why = f"{e.strerror or e}: {os.strerror(e.errno)}" if e.errno else str(e)
         sys.exit(f"sandshell-agent: {why}; refusing to run a shell that could leave set-uid files on the host")

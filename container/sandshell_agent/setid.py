@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import platform
 import struct
+from collections.abc import Callable
 
 SETID = 0o6000  # S_ISUID | S_ISGID
 RENAME_WHITEOUT = 4
@@ -38,7 +40,10 @@ X32_BIT = 0x40000000  # x32 system calls are x86_64's numbers with this bit set
 # mode: a set-id bit goes to the agent), "mode" (args[i] is the mode of a file created: refused),
 # "create" (args[i] flags, args[j] mode: refused when the call creates), "node" (a mknod mode),
 # "whiteout" (renameat2's flags: RENAME_WHITEOUT leaves a character device 0:0 behind, and the
-# kernel lets that be made without CAP_MKNOD).
+# kernel lets that be made without CAP_MKNOD). And, since the model shares the agent's ids (which
+# is all the kernel asks to renice it or lower its limits: `prlimit --pid 1 --nofile=12` killed
+# it): "self" (args[i] a pid: only 0, the caller), "prlimit" (pid 0, or no new limit), "priority"
+# (which == the given constant, who == 0: only the caller itself).
 TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
     ARCH_X86_64: {
         "open": (2, "create", (1, 2)),
@@ -51,6 +56,12 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "fchmodat": (268, "chmod", (2,)),
         "fchmodat2": (452, "chmod", (2,)),
         "renameat2": (316, "whiteout", (4,)),
+        "setpriority": (141, "priority", (0,)),
+        "sched_setparam": (142, "self", (0,)),
+        "sched_setscheduler": (144, "self", (0,)),
+        "ioprio_set": (251, "priority", (1,)),
+        "prlimit64": (302, "prlimit", (0, 2)),
+        "sched_setattr": (314, "self", (0,)),
     },
     ARCH_I386: {
         "creat": (8, "mode", (1,)),
@@ -63,6 +74,12 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "fchmodat": (306, "chmod", (2,)),
         "fchmodat2": (452, "chmod", (2,)),
         "renameat2": (353, "whiteout", (4,)),
+        "setpriority": (97, "priority", (0,)),
+        "sched_setparam": (154, "self", (0,)),
+        "sched_setscheduler": (156, "self", (0,)),
+        "ioprio_set": (289, "priority", (1,)),
+        "prlimit64": (340, "prlimit", (0, 2)),
+        "sched_setattr": (351, "self", (0,)),
     },
     ARCH_AARCH64: {
         "mknodat": (33, "node", (2,)),
@@ -70,6 +87,12 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "fchmodat": (53, "chmod", (2,)),
         "openat": (56, "create", (2, 3)),
         "renameat2": (276, "whiteout", (4,)),
+        "ioprio_set": (30, "priority", (1,)),
+        "sched_setparam": (118, "self", (0,)),
+        "sched_setscheduler": (119, "self", (0,)),
+        "setpriority": (140, "priority", (0,)),
+        "prlimit64": (261, "prlimit", (0, 2)),
+        "sched_setattr": (274, "self", (0,)),
         "fchmodat2": (452, "chmod", (2,)),
     },
 }
@@ -115,45 +138,60 @@ def program(machine: str | None = None) -> bytes:
     if arches is None:
         raise ValueError(f"no set-id filter for the {machine or platform.machine()} architecture")
     p = Program()
-    p.op(LD_ABS, 4)  # arch
-    for arch in arches:
-        p.op(JEQ, arch, f"arch{arch}", 0)
+    for arch in arches:  # one block each, with its own exits (BPF jumps reach 255 instructions ahead)
+        p.op(LD_ABS, 4)  # arch
+        p.op(JEQ, arch, 0, f"not{arch}")
+        _block(p, arch, functools.partial("{}.{}".format, arch))
+        p.label(f"not{arch}")
     p.op(RET, ERRNO | errno.ENOSYS)  # a foreign ABI the table does not cover: nothing runs
-    for arch in arches:
-        p.label(f"arch{arch}")
-        p.op(LD_ABS, 0)  # nr
-        if arch == ARCH_X86_64:
-            p.op(AND, 0xFFFFFFFF & ~X32_BIT)
-        for nr in NOSYS.values():
-            p.op(JEQ, nr, "nosys", 0)
-        for name, (nr, _, _) in TABLES[arch].items():
-            p.op(JEQ, nr, f"{arch}.{name}", 0)
-        p.op(RET, ALLOW)
-        for name, (_, rule, args) in TABLES[arch].items():
-            p.label(f"{arch}.{name}")
-            if rule == "whiteout":
-                p.arg(args[0])
-                p.op(JSET, RENAME_WHITEOUT, "deny", "allow")
-                continue
+    return p.assemble()
+
+
+def _block(p: Program, arch: int, to: Callable[[str], str]) -> None:
+    p.op(LD_ABS, 0)  # nr
+    if arch == ARCH_X86_64:
+        p.op(AND, 0xFFFFFFFF & ~X32_BIT)
+    for nr in NOSYS.values():
+        p.op(JEQ, nr, to("nosys"), 0)
+    for name, (nr, _, _) in TABLES[arch].items():
+        p.op(JEQ, nr, to(name), 0)
+    p.op(RET, ALLOW)
+    for name, (_, rule, args) in TABLES[arch].items():
+        p.label(to(name))
+        if rule == "whiteout":
+            p.arg(args[0])
+            p.op(JSET, RENAME_WHITEOUT, to("deny"), to("allow"))
+        elif rule == "self":  # a process's own scheduling, never another's (the agent's, above all)
+            p.arg(args[0])
+            p.op(JEQ, 0, to("allow"), to("deny"))
+        elif rule == "prlimit":  # reading anyone's limits, setting only one's own
+            p.arg(0)
+            p.op(JEQ, 0, to("allow"), 0)
+            p.arg(2)
+            p.op(JEQ, 0, 0, to("deny"))
+            p.op(LD_ABS, 16 + 8 * 2 + 4)  # the pointer's high half
+            p.op(JEQ, 0, to("allow"), to("deny"))
+        elif rule == "priority":  # (which, who): only the caller itself
+            p.arg(0)
+            p.op(JEQ, args[0], 0, to("deny"))
+            p.arg(1)
+            p.op(JEQ, 0, to("allow"), to("deny"))
+        else:
             if rule == "create":
                 p.arg(args[0])
-                p.op(JSET, CREATES, 0, "allow")
+                p.op(JSET, CREATES, 0, to("allow"))
             p.arg(args[-1])
-            p.op(JSET, SETID, "notify" if rule == "chmod" else "deny", 0)
+            p.op(JSET, SETID, to("notify") if rule == "chmod" else to("deny"), 0)
             if rule == "node":
                 p.op(AND, S_IFMT)
-                p.op(JEQ, S_IFCHR, "deny", 0)
-                p.op(JEQ, S_IFBLK, "deny", 0)
+                p.op(JEQ, S_IFCHR, to("deny"), 0)
+                p.op(JEQ, S_IFBLK, to("deny"), 0)
             p.op(RET, ALLOW)
-    p.label("allow")
-    p.op(RET, ALLOW)
-    p.label("deny")
-    p.op(RET, ERRNO | errno.EPERM)
-    p.label("notify")
-    p.op(RET, USER_NOTIF)
-    p.label("nosys")
+    for exit, value in (("allow", ALLOW), ("deny", ERRNO | errno.EPERM), ("notify", USER_NOTIF)):
+        p.label(to(exit))
+        p.op(RET, value)
+    p.label(to("nosys"))
     p.op(RET, ERRNO | errno.ENOSYS)
-    return p.assemble()
 
 
 class _SockFprog(ctypes.Structure):

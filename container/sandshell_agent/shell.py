@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import secrets
 import shlex
 import signal
@@ -105,8 +104,6 @@ class Shell:
         self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
         self.unreachable = wanted if self.cwd != wanted else None
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
-        if self.file_limit:  # before bash reads its first line; without CAP_SYS_RESOURCE it cannot be raised
-            resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
         for fd in (status_w, out_w, err_w, control_r):
             os.close(fd)
         for fd in (status_r, out_r, err_r, self.control):
@@ -115,6 +112,9 @@ class Shell:
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
         self._status_buf.clear()
         prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&- {ERROR_FD}>&2", "set +o history", EDITOR_STUBS]
+        if self.file_limit:  # soft and hard, before anything of the model's; without CAP_SYS_RESOURCE it stays
+            # (bash's own `ulimit`: the agent may not set another process's limits, the filter says so)
+            prelude.insert(0, f"builtin ulimit -f {self.file_limit // 1024} || builtin exit 1")  # KiB, rounded down
         tag = secrets.token_hex(4)
         prelude += functions(self.state_dir, tag)
         self.run_line = run_line(tag)
