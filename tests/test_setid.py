@@ -120,6 +120,13 @@ def test_set_id_programs_outside_the_workspace_keep_their_bits(sb: Sandbox) -> N
     nobody = "setpriv --reuid 65534 --regid 65534 --clear-groups"
     r = sb.execute(f"{nobody} chmod 4755 /usr/local/bin/t; stat -c %a /usr/local/bin/t")
     assert "chmod: changing permissions" in r.output and r.output.split()[-1] == "2711", r.output
+    # a non-root user may make its own file set-gid to its own group: the guard looks at it as it
+    r = sb.execute(
+        "id u1 >/dev/null 2>&1 || useradd -M u1; touch /app/u1f && chown u1:u1 /app/u1f;"
+        " setpriv --reuid=u1 --regid=u1 --init-groups sh -c"
+        " 'touch /tmp/u1f && chmod g+s /tmp/u1f && stat -c %a /tmp/u1f; chmod g+s /app/u1f'; rm -f /app/u1f"
+    )
+    assert r.output.split("\n")[0] == "2644" and "/app/u1f': Operation not permitted" in r.output, r.output
     # ...and no descriptor of the guard's listener reaches the shell
     r = sb.execute("ls -l /proc/$$/fd /proc/self/fd | grep -c seccomp || true")
     assert r.output.strip() == "0", r.output

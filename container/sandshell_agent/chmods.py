@@ -10,8 +10,9 @@ swapped in between changes nothing. On any other mount (/app, a mount under it, 
 binds of /etc/hosts and the like: all of them host files) the answer is EPERM. The lookup and
 the change are made with the caller's own file-system credentials (uid, gid, groups,
 capabilities, on the guard's thread alone), so the kernel allows exactly what it would allow the
-caller. Anything the guard cannot establish (the caller gone, its memory unreadable, another uid
-than the agent's, which it may not look into without CAP_SYS_PTRACE) is refused.
+caller; the guard looks into the caller's /proc as the caller too, so a non-root user's own
+set-gid file in /tmp works. Anything the guard cannot establish (the caller gone, its memory
+unreadable, a caller whose ids or capabilities differ between its own sets) is refused.
 """
 
 from __future__ import annotations
@@ -160,10 +161,15 @@ class Guard:
         name = call_name(n.data.arch, n.data.nr)
         if name is None or self.broken:
             return errno.EPERM
-        args = n.data.args
+        caller = Caller(n.pid)
+        # All of it as the caller: its /proc is then open to the guard whatever its uid (the kernel
+        # checks a reader's file-system ids), and the lookup and the change are what it may do.
+        with self.acting_as(caller):
+            return self._answer(listener, n, name, caller)
+
+    def _answer(self, listener: int, n: Notif, name: str, caller: Caller) -> int:
+        args, pid = n.data.args, n.pid
         mode = args[setid.TABLES[n.data.arch][name][2][0]] & 0o7777
-        pid = n.pid
-        caller = Caller(pid)
         path, flags = "", 0
         if name == "fchmod":
             start = os.open(f"/proc/{pid}/fd/{_int32(args[0])}", os.O_PATH | os.O_CLOEXEC)
@@ -179,15 +185,14 @@ class Guard:
             # everything read from /proc/PID is the caller's only if PID is still the caller
             if self.libc.ioctl(listener, NOTIF_ID_VALID, ctypes.byref(ctypes.c_uint64(n.id))) != 0:
                 return errno.ENOENT
-            with self.acting_as(caller):
-                if not path:
-                    return self.change(start, mode)
-                nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
-                target = self.lookup(start, path, os.O_PATH | os.O_CLOEXEC | nofollow)
-                try:
-                    return self.change(target, mode)
-                finally:
-                    os.close(target)
+            if not path:
+                return self.change(start, mode)
+            nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
+            target = self.lookup(start, path, os.O_PATH | os.O_CLOEXEC | nofollow)
+            try:
+                return self.change(target, mode)
+            finally:
+                os.close(target)
         finally:
             os.close(start)
 
