@@ -82,6 +82,25 @@ def test_signals_limits_and_priorities_aimed_at_the_agent_change_nothing(workspa
         assert r.output.endswith("own\n"), r.output  # a command may still do all this to itself
 
 
+@pytest.mark.parametrize("profile", ["standard", "locked"])
+def test_a_flood_of_connections_to_the_agents_socket_ends_nothing(
+    workspace: Path, settings: Settings, profile: str
+) -> None:
+    """The unix transport's socket is in a folder bound into the container: 6,000 connections from
+    inside, each held for the handshake's 5 s, ran the agent out of descriptors and it died."""
+    if profile == "locked":
+        os.chown(workspace, 1000, 1000)
+    with Sandbox(workspace=workspace, settings=settings.replace(transport="unix", profile=profile)) as sb:
+        container = sb.container.id
+        flood = (
+            "import socket, time; s = [socket.socket(socket.AF_UNIX) for _ in range(2000)];"
+            " [x.connect('/run/sandshell/agent.sock') for x in s]; time.sleep(6)"
+        )
+        r = sb.execute(f'for i in 1 2 3; do (python3 -c "{flood}" 2>/dev/null &); done; sleep 3; echo done', timeout=30)
+        assert r.output.endswith("done\n") and not r.lost, r
+        assert sb.execute("echo alive").output == "alive\n" and sb.container.id == container
+
+
 @pytest.mark.parametrize("transport", ["attach", "unix"])
 def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Settings, transport: str) -> None:
     s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0, transport=transport)

@@ -7,8 +7,10 @@ that reconnects mid-command can resume from its last sequence number.
 from __future__ import annotations
 
 import hmac
+import os
 import selectors
 import socket
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,17 @@ def error(rid: Any, code: str, message: str) -> dict[str, Any]:
     return {"type": "error", "id": rid, "code": code, "message": message}
 
 
+MAX_PENDING = 16  # connections still to say hello; a new one past this closes the oldest
+
+
+def _peer_pid(conn: socket.socket) -> int:
+    try:
+        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    except OSError:
+        return -1
+    return int(pid)
+
+
 class Channel(Sender):
     """Accepts connections, authenticates them with the session token, and keeps one client."""
 
@@ -45,6 +58,9 @@ class Channel(Sender):
         self.max_frame = max_frame
         self.hello = hello  # what the agent says about itself after a handshake
         sel.register(listener, selectors.EVENT_READ, "accept")
+        # As PID 1 on a unix socket, any peer we can see is inside the container: 2,000 connections
+        # each held for the handshake's 5 s ran the agent out of descriptors, and it died.
+        self.inside_only = os.getpid() == 1 and listener.family == socket.AF_UNIX
         self.pending: dict[socket.socket, tuple[FrameReader, float]] = {}
         self.client: socket.socket | None = None
         self.reader = FrameReader(max_frame)
@@ -75,7 +91,17 @@ class Channel(Sender):
 
     # -- connections -------------------------------------------------------------------------
     def accept(self) -> None:
-        conn, _ = self.listener.accept()
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:  # EMFILE, ENFILE, ECONNABORTED...: a flood of connections must never end PID 1
+            if self.pending:
+                self._close_pending(next(iter(self.pending)), None)  # the oldest makes room
+            return
+        if self.inside_only and _peer_pid(conn) != 0:
+            conn.close()  # a process in the container's own pid namespace: never the host, whose pid is 0 here
+            return
+        while len(self.pending) >= MAX_PENDING:
+            self._close_pending(next(iter(self.pending)), None)
         conn.setblocking(False)
         try:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)  # fewer wakeups in a flood
