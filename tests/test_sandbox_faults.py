@@ -67,19 +67,22 @@ def test_signals_limits_and_priorities_aimed_at_the_agent_change_nothing(workspa
             "grep SigCgt /proc/1/status; for t in /proc/1/task/*; do t=${t##*/};"
             " prlimit --pid $t --nofile=12:12 2>/dev/null && echo limited;"
             " renice -n 19 -p $t >/dev/null 2>&1 && echo reniced; chrt -i -p 0 $t 2>/dev/null && echo idle;"
-            " ionice -c3 -p $t 2>/dev/null && echo ioniced; done;"
+            " ionice -c3 -p $t 2>/dev/null && echo ioniced; taskset -p 1 $t >/dev/null 2>&1 && echo pinned; done;"
             " for i in 1 2 3 4; do (timeout 4 perl -e 'while (1) { kill 33, 1; kill 32, 1 }' &); done; echo flooding",
             timeout=10,
         )
         assert "SigCgt:\t0000000000000000" in r.output and r.output.endswith("flooding\n"), r.output
-        assert not any(w in r.output for w in ("limited", "reniced", "idle", "ioniced")), r.output
+        assert not any(w in r.output for w in ("limited", "reniced", "idle", "ioniced", "pinned")), r.output
         start = time.monotonic()
         assert sb.execute("echo hi", timeout=10).output == "hi\n"
         assert sb.ping() < 1.0 and time.monotonic() - start < 3, "the flood slowed the agent"
         r = sb.execute(
-            "nice -n 5 true && prlimit --nofile=100:100 true && chrt -i 0 true && ionice -c3 true && echo own"
+            "nice -n 5 true && prlimit --nofile=100:100 true && chrt -i 0 true && ionice -c3 true"
+            " && taskset 1 true && echo own"
         )
         assert r.output.endswith("own\n"), r.output  # a command may still do all this to itself
+        r = sb.execute("echo 500 > /proc/1/oom_score_adj")  # the kernel allows it: at least it is said
+        assert "set the agent's OOM score to 500" in (r.notice or ""), r
 
 
 @pytest.mark.parametrize("profile", ["standard", "locked"])

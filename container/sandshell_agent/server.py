@@ -19,7 +19,7 @@ from .frames import FrameError, refusal
 from .runner import Runner
 from .shell import Shell
 from .stdio import StdioChannel
-from .watchdog import PidWatchdog
+from .watchdog import OomScoreWatch, PidWatchdog
 
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
 
@@ -79,6 +79,7 @@ class Agent:
             (user, socket.gethostname()),
         )
         self.watchdog = PidWatchdog(cfg.pids_limit)
+        self.oom = OomScoreWatch()
         self.disk = DiskGuard(cfg.workspace_limit, cfg.scratch_limit, lambda: self.runner.shell.pid)
         self.sel.register(self.disk.wake_r, selectors.EVENT_READ, "disk")
 
@@ -174,6 +175,8 @@ class Agent:
         between commands, with the next one's, saying it happened in the background."""
         runner = self.runner
         notice = self.watchdog.check(now, runner.shell.pid, force=ending)
+        if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
+            runner.notice = "; ".join(n for n in (runner.notice, self.oom.check()) if n)
         if runner.cmd is not None and not self.disk.busy.is_set():
             self.disk.busy.set()  # a command started: the disk watchdog scans often now
         elif runner.cmd is None and self.disk.busy.is_set():

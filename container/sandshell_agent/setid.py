@@ -62,6 +62,7 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "ioprio_set": (251, "priority", (1,)),
         "prlimit64": (302, "prlimit", (0, 2)),
         "sched_setattr": (314, "self", (0,)),
+        "sched_setaffinity": (203, "self", (0,)),
     },
     ARCH_I386: {
         "creat": (8, "mode", (1,)),
@@ -80,6 +81,7 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "ioprio_set": (289, "priority", (1,)),
         "prlimit64": (340, "prlimit", (0, 2)),
         "sched_setattr": (351, "self", (0,)),
+        "sched_setaffinity": (241, "self", (0,)),
     },
     ARCH_AARCH64: {
         "mknodat": (33, "node", (2,)),
@@ -93,6 +95,7 @@ TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
         "setpriority": (140, "priority", (0,)),
         "prlimit64": (261, "prlimit", (0, 2)),
         "sched_setattr": (274, "self", (0,)),
+        "sched_setaffinity": (122, "self", (0,)),
         "fchmodat2": (452, "chmod", (2,)),
     },
 }

@@ -28,3 +28,31 @@ class PidWatchdog:
             f"{count} processes reached the limit of {self.pids_limit}: "
             f"{killed} processes started from the shell were killed"
         )
+
+
+class OomScoreWatch:
+    """Root inside may raise the agent's OOM score (`/proc/1/oom_score_adj`: raising needs no
+    capability, lowering it back does, so the agent cannot undo it); then a memory-hungry command
+    gets the agent killed first. It cannot be prevented from inside: it is said, once per change."""
+
+    PATH = "/proc/self/oom_score_adj"
+
+    def __init__(self) -> None:
+        self.seen = self._read()
+
+    def _read(self) -> int | None:
+        try:
+            with open(self.PATH) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def check(self) -> str | None:
+        now = self._read()
+        if now is None or now == self.seen:
+            return None
+        self.seen = now
+        return (
+            f"something in the sandbox set the agent's OOM score to {now}: if memory runs out, the kernel"
+            " may now end the agent first (the session would then restart on a new container)"
+        )
