@@ -2,7 +2,7 @@
 
 The workspace is a bind mount Docker cannot make `nosuid` (docs/security.md); a set-uid file in
 it is one on the host. The agent's seccomp filter and its chmod guard (container/sandshell_agent/
-setid.py, chmods.py) refuse such a bit in /app while `apt-get`'s set-uid programs elsewhere keep
+sysfilter.py, chmods.py) refuse such a bit in /app while `apt-get`'s set-uid programs elsewhere keep
 theirs. Each attack is checked by its result inside and by the host folder's modes.
 """
 
@@ -45,12 +45,14 @@ ATTACKS = {
     "fchmodat with a folder descriptor": (
         f"touch /app/a7 && {PY} \"import os; os.chmod('a7', 0o2755, dir_fd=os.open('/app', os.O_RDONLY))\""
     ),
+    # refused by the engine's own profile here (ENOSYS) before our filter sees it: ours is a second layer
     "fchmodat2 (452)": (
         f'touch /app/a8 && {PY} "import ctypes as c, os; l = c.CDLL(None, use_errno=True);'
         f" r = l.syscall(452, -100, b'/app/a8', 0o4755, 0); raise SystemExit(0 if r == 0 else c.get_errno())\""
     ),
     "open with O_CREAT and a set-uid mode": f"{PY} \"import os; os.open('/app/a9', os.O_CREAT | os.O_WRONLY, 0o4755)\"",
     "mknod of a set-uid regular file": f"{PY} \"import os; os.mknod('/app/a10', 0o104755)\"",
+    # refused for want of CAP_MKNOD before our filter sees it: ours is a second layer
     "mknod of a character device (null)": f"{PY} \"import os; os.mknod('/app/a11', 0o20666, os.makedev(1, 3))\"",
     "chmod of /proc/self/fd/N, N an /app file": "touch /app/a12 && exec 7</app/a12 && chmod 4755 /proc/self/fd/7",
     "a link to /proc/self/fd/N": (
@@ -202,7 +204,7 @@ def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentenc
     and says why (the host shows the agent's last stderr line when it dies)."""
     deny_seccomp = (
         "import ctypes, errno, struct, sys; sys.path.insert(0, sys.argv[1]);"
-        "from sandshell_agent import setid as s;"
+        "from sandshell_agent import sysfilter as s;"
         "p = s.Program(); p.op(s.LD_ABS, 0); p.op(s.JEQ, 317, 'no', 0);"
         "p.op(s.RET, s.ALLOW); p.label('no'); p.op(s.RET, s.ERRNO | errno.ENOSYS); code = p.assemble();"
         "libc = ctypes.CDLL(None, use_errno=True); buf = ctypes.create_string_buffer(code, len(code));"

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import sys
 
-from . import chmods, setid
+from . import chmods, pid1, sysfilter
 from .server import Agent, Config
-from .stdio import ignore_libc_signals, seal, undumpable
+from .stdio import seal
 
 
 def listen(args: argparse.Namespace, cfg: Config) -> socket.socket:
@@ -47,24 +46,18 @@ def main() -> None:
     where.add_argument("--tcp", help="listen on HOST:PORT (needs SANDSHELL_TOKEN)")
     args = parser.parse_args()
     try:  # first: everything the agent starts, the model's shell included, inherits it
-        undumpable()
+        pid1.undumpable()
         guard = chmods.Guard()  # its thread is not under the filter: it starts before it
-        guard.listen(setid.install())
-        ignore_libc_signals()  # after the first thread: glibc has set its handlers by then
-    except OSError as e:
-        why = f"{e.strerror or e}: {os.strerror(e.errno)}" if e.errno else str(e)
+        guard.listen(sysfilter.install())
+        pid1.ignore_libc_signals()  # after the first thread: glibc has set its handlers by then
+    except (OSError, ValueError) as e:  # ValueError: an architecture the filter has no table for
+        why = f"{e.strerror or e}: {os.strerror(e.errno)}" if isinstance(e, OSError) and e.errno else str(e)
         sys.exit(f"sandshell-agent: {why}; refusing to run a shell that could leave set-uid files on the host")
-    except ValueError as e:
-        sys.exit(f"sandshell-agent: {e}; refusing to run a shell that could leave set-uid files on the host")
     cfg = Config(dict(os.environ))
     # The agent's settings (and a socket's token) never reach the model's shell.
     for key in [k for k in os.environ if k.startswith("SANDSHELL_")]:
         del os.environ[key]
-    # As PID 1 (no init: it would be a root process outside the filter, open to tracing), a signal
-    # from inside the container is delivered only if we handle it: handle none. The engine's
-    # SIGKILL, from outside, still ends us.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_DFL)
+    pid1.handle_no_signals()
     if args.stdio:
         channel = seal()
         print("sandshell-agent ready on stdin/stdout", file=sys.stderr, flush=True)

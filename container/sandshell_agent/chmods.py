@@ -1,4 +1,4 @@
-"""The chmods the set-id filter hands over (`setid.py`): done on the container's own files only.
+"""The chmods the set-id filter hands over (`sysfilter.py`): done on the container's own files only.
 
 A `chmod`, `fchmod`, `fchmodat` or `fchmodat2` asking for a set-uid or set-gid bit stops in the
 kernel until this guard answers. The guard finds the file the caller named, through the
@@ -28,7 +28,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from . import setid
+from . import sysfilter
 
 AT_FDCWD, AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = -100, 0x100, 0x1000
 OPENAT2, RESOLVE_NO_MAGICLINKS = 437, 0x02
@@ -86,8 +86,10 @@ def mounts_at(points: tuple[str, ...]) -> set[int]:
 
 
 def call_name(arch: int, nr: int) -> str | None:
-    nr = nr & ~setid.X32_BIT if arch == setid.ARCH_X86_64 else nr
-    return next((n for n, (num, rule, _) in setid.TABLES.get(arch, {}).items() if num == nr and rule == "chmod"), None)
+    nr = nr & ~sysfilter.X32_BIT if arch == sysfilter.ARCH_X86_64 else nr
+    return next(
+        (n for n, (num, rule, _) in sysfilter.TABLES.get(arch, {}).items() if num == nr and rule == "chmod"), None
+    )
 
 
 class Caller:
@@ -169,7 +171,7 @@ class Guard:
 
     def _answer(self, listener: int, n: Notif, name: str, caller: Caller) -> int:
         args, pid = n.data.args, n.pid
-        mode = args[setid.TABLES[n.data.arch][name][2][0]] & 0o7777
+        mode = args[sysfilter.TABLES[n.data.arch][name][2][0]] & 0o7777
         path, flags = "", 0
         if name == "fchmod":
             start = os.open(f"/proc/{pid}/fd/{_int32(args[0])}", os.O_PATH | os.O_CLOEXEC)

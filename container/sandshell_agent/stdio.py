@@ -2,15 +2,13 @@
 
 Nothing inside the container can reach it: there is no socket file and no port; the pipes are
 held by the agent, which is PID 1 (signals from inside cannot stop or kill it) and
-non-dumpable (without CAP_SYS_PTRACE, root inside cannot open its /proc/1/fd, environ or mem).
+non-dumpable (`pid1.py`: without CAP_SYS_PTRACE, root inside cannot open its /proc/1/fd, environ or mem).
 Only the engine writes to the agent's stdin, on behalf of whoever attached: the host.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import selectors
 from collections.abc import Callable
 from typing import Any
@@ -19,32 +17,6 @@ from . import PROTOCOL_VERSION
 from .channel import READ_BYTES, REPLAY_BYTES, error
 from .frames import FrameError, FrameReader, encode
 from .outbox import OutBuffer, PipeOut, Replay, Sender, Window
-
-PR_SET_DUMPABLE = 4
-RT_SIGACTION = {"x86_64": 13, "aarch64": 134}
-
-
-def undumpable() -> None:
-    """Without CAP_SYS_PTRACE, root inside can then neither trace this process nor open its /proc
-    fd, environ or mem (every transport: a traced agent would run what the tracer likes, outside
-    the set-id filter, on the guard's thread)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
-
-
-def ignore_libc_signals() -> None:
-    """Ignore signals 32 and 33, which glibc catches for its own use once a thread exists. A signal
-    PID 1 catches is delivered even from inside the container, and 33 is real-time (each send is
-    queued and handled): a few `kill -33 1` loops kept the agent busy for tens of seconds, its disk
-    watchdog with it. glibc's sigaction refuses these two, so the call is made raw. In return the
-    agent never calls the set*id family itself (glibc would wait forever for its threads to take
-    signal 33); the set-id guard changes its thread's ids with raw calls."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    ignore = (ctypes.c_ulong * 4)(1, 0, 0, 0)  # SIG_IGN, flags, restorer, mask
-    for sig in (32, 33):
-        if libc.syscall(RT_SIGACTION[platform.machine()], sig, ignore, None, 8) != 0:
-            raise OSError(ctypes.get_errno(), f"could not ignore signal {sig}")
 
 
 def seal() -> tuple[int, int]:

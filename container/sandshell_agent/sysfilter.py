@@ -1,4 +1,5 @@
-"""No set-id files in the workspace, no device nodes: a seccomp filter on the agent and all it starts.
+"""The agent's seccomp filter, on itself and all it starts: no set-id file or device node in the
+workspace, and nothing done to another process's limits or scheduling (the agent's, above all).
 
 Docker cannot mount a read-write bind `nosuid,nodev` (docs/security.md), and a set-uid file the
 model leaves in /app is one on the host too: owned by root when the host user is root, a way in
@@ -36,69 +37,41 @@ CREATES = 0o100 | 0o20000000  # O_CREAT | __O_TMPFILE (the same on x86 and arm64
 ARCH_X86_64, ARCH_I386, ARCH_AARCH64 = 0xC000003E, 0x40000003, 0xC00000B7
 X32_BIT = 0x40000000  # x32 system calls are x86_64's numbers with this bit set
 
-# Per architecture: name -> (number, rule, argument indexes). Rules: "chmod" (args[i] is the new
-# mode: a set-id bit goes to the agent), "mode" (args[i] is the mode of a file created: refused),
-# "create" (args[i] flags, args[j] mode: refused when the call creates), "node" (a mknod mode),
-# "whiteout" (renameat2's flags: RENAME_WHITEOUT leaves a character device 0:0 behind, and the
-# kernel lets that be made without CAP_MKNOD). And, since the model shares the agent's ids (which
-# is all the kernel asks to renice it or lower its limits: `prlimit --pid 1 --nofile=12` killed
-# it): "self" (args[i] a pid: only 0, the caller), "prlimit" (pid 0, or no new limit), "priority"
-# (which == the given constant, who == 0: only the caller itself).
-TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {
-    ARCH_X86_64: {
-        "open": (2, "create", (1, 2)),
-        "creat": (85, "mode", (1,)),
-        "chmod": (90, "chmod", (1,)),
-        "fchmod": (91, "chmod", (1,)),
-        "mknod": (133, "node", (1,)),
-        "openat": (257, "create", (2, 3)),
-        "mknodat": (259, "node", (2,)),
-        "fchmodat": (268, "chmod", (2,)),
-        "fchmodat2": (452, "chmod", (2,)),
-        "renameat2": (316, "whiteout", (4,)),
-        "setpriority": (141, "priority", (0,)),
-        "sched_setparam": (142, "self", (0,)),
-        "sched_setscheduler": (144, "self", (0,)),
-        "ioprio_set": (251, "priority", (1,)),
-        "prlimit64": (302, "prlimit", (0, 2)),
-        "sched_setattr": (314, "self", (0,)),
-        "sched_setaffinity": (203, "self", (0,)),
-    },
-    ARCH_I386: {
-        "creat": (8, "mode", (1,)),
-        "open": (5, "create", (1, 2)),
-        "mknod": (14, "node", (1,)),
-        "chmod": (15, "chmod", (1,)),
-        "fchmod": (94, "chmod", (1,)),
-        "openat": (295, "create", (2, 3)),
-        "mknodat": (297, "node", (2,)),
-        "fchmodat": (306, "chmod", (2,)),
-        "fchmodat2": (452, "chmod", (2,)),
-        "renameat2": (353, "whiteout", (4,)),
-        "setpriority": (97, "priority", (0,)),
-        "sched_setparam": (154, "self", (0,)),
-        "sched_setscheduler": (156, "self", (0,)),
-        "ioprio_set": (289, "priority", (1,)),
-        "prlimit64": (340, "prlimit", (0, 2)),
-        "sched_setattr": (351, "self", (0,)),
-        "sched_setaffinity": (241, "self", (0,)),
-    },
-    ARCH_AARCH64: {
-        "mknodat": (33, "node", (2,)),
-        "fchmod": (52, "chmod", (1,)),
-        "fchmodat": (53, "chmod", (2,)),
-        "openat": (56, "create", (2, 3)),
-        "renameat2": (276, "whiteout", (4,)),
-        "ioprio_set": (30, "priority", (1,)),
-        "sched_setparam": (118, "self", (0,)),
-        "sched_setscheduler": (119, "self", (0,)),
-        "setpriority": (140, "priority", (0,)),
-        "prlimit64": (261, "prlimit", (0, 2)),
-        "sched_setattr": (274, "self", (0,)),
-        "sched_setaffinity": (122, "self", (0,)),
-        "fchmodat2": (452, "chmod", (2,)),
-    },
+# name: (rule, argument indexes, its number on x86_64, i386, arm64; None: no such call there). Rules:
+# "chmod" (args[i] is the new mode: a set-id bit goes to the agent), "mode" (args[i] is the mode of
+# a file created: refused), "create" (args[i] flags, args[j] mode: refused when the call creates),
+# "node" (a mknod mode), "whiteout" (renameat2's flags: RENAME_WHITEOUT leaves a character device
+# 0:0 behind, and the kernel lets that be made without CAP_MKNOD). And, since the model shares the
+# agent's ids (which is all the kernel asks to renice it or lower its limits: `prlimit --pid 1
+# --nofile=12` killed it): "self" (args[i] a pid: only 0, the caller), "prlimit" (args[i] the pid:
+# 0, or args[j], the new limit, NULL), "priority" (args: (which, who), where `which` must be the
+# caller's own kind, PRIO_PROCESS or IOPRIO_WHO_PROCESS, and `who` 0).
+CALLS: dict[str, tuple[str, tuple[int, ...], int | None, int | None, int | None]] = {
+    "open": ("create", (1, 2), 2, 5, None),
+    "creat": ("mode", (1,), 85, 8, None),
+    "openat": ("create", (2, 3), 257, 295, 56),
+    "mknod": ("node", (1,), 133, 14, None),
+    "mknodat": ("node", (2,), 259, 297, 33),
+    "renameat2": ("whiteout", (4,), 316, 353, 276),
+    "chmod": ("chmod", (1,), 90, 15, None),
+    "fchmod": ("chmod", (1,), 91, 94, 52),
+    "fchmodat": ("chmod", (2,), 268, 306, 53),
+    "fchmodat2": ("chmod", (2,), 452, 452, 452),
+    "setpriority": ("priority", (0, 0), 141, 97, 140),  # PRIO_PROCESS, self
+    "ioprio_set": ("priority", (1, 0), 251, 289, 30),  # IOPRIO_WHO_PROCESS, self
+    "sched_setparam": ("self", (0,), 142, 154, 118),
+    "sched_setscheduler": ("self", (0,), 144, 156, 119),
+    "sched_setattr": ("self", (0,), 314, 351, 274),
+    "sched_setaffinity": ("self", (0,), 203, 241, 122),
+    "prlimit64": ("prlimit", (0, 2), 302, 340, 261),
 }
+ARCHES = (ARCH_X86_64, ARCH_I386, ARCH_AARCH64)  # the order of the numbers above
+# Per architecture: name -> (number, rule, argument indexes), for the program and for the guard.
+TABLES: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = {arch: {} for arch in ARCHES}
+for _name, (_rule, _args, *_numbers) in CALLS.items():
+    for _arch, _nr in zip(ARCHES, _numbers, strict=True):
+        if _nr is not None:
+            TABLES[_arch][_name] = (_nr, _rule, _args)
 NOSYS = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "openat2": 437}
 NATIVE = {"x86_64": (ARCH_X86_64, ARCH_I386), "aarch64": (ARCH_AARCH64,)}
 
@@ -168,15 +141,17 @@ def _block(p: Program, arch: int, to: Callable[[str], str]) -> None:
             p.arg(args[0])
             p.op(JEQ, 0, to("allow"), to("deny"))
         elif rule == "prlimit":  # reading anyone's limits, setting only one's own
-            p.arg(0)
+            pid, limit = args
+            p.arg(pid)
             p.op(JEQ, 0, to("allow"), 0)
-            p.arg(2)
+            p.arg(limit)
             p.op(JEQ, 0, 0, to("deny"))
-            p.op(LD_ABS, 16 + 8 * 2 + 4)  # the pointer's high half
+            p.op(LD_ABS, 16 + 8 * limit + 4)  # the pointer's high half
             p.op(JEQ, 0, to("allow"), to("deny"))
-        elif rule == "priority":  # (which, who): only the caller itself
+        elif rule == "priority":  # which == the caller's own kind, who == 0: only the caller itself
+            which, _ = args
             p.arg(0)
-            p.op(JEQ, args[0], 0, to("deny"))
+            p.op(JEQ, which, 0, to("deny"))
             p.arg(1)
             p.op(JEQ, 0, to("allow"), to("deny"))
         else:
