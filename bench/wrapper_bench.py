@@ -1,15 +1,17 @@
 """What the wrapper around each command costs in bash, part by part (no Docker, no agent).
 
 Run: .venv/bin/python bench/wrapper_bench.py [--commands 2000] [--state /dev/shm/...]
-Feeds bash 5.2 the agent's own prelude and N run lines for `true` from a file, with parts of the
-wrapper cut out of the same text, and prints microseconds per command for each variant. The
-state folder should be on a tmpfs, as the container's is.
+Feeds bash 5.2 the agent's own prelude and N run lines for `true` through a socket, as the agent
+does (bash reads a socket one byte at a time), with parts of the wrapper cut out of the same text,
+and prints microseconds per command for each variant. The state folder should be on a tmpfs, as
+the container's is.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,32 +20,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "container"))
 from sandshell_agent.shell import EDITOR_STUBS
-from sandshell_agent.wrapper import WHOLE, functions, run_line
+from sandshell_agent.wrapper import _run_line, functions, run_line
 
 TAG = "bench0001"
+VARIANTS = ("whole", "the whole run line read each time (no alias)", "no trap check", "no state save")
 
 
 def text(state: str, variant: str, commands: int) -> str:
     prelude = "\n".join(["exec 200>/dev/null 201>/dev/null", "set +o history", EDITOR_STUBS, *functions(state, TAG)])
-    if variant in ("no trap re-arm", "no state save"):
-        prelude = re.sub(r" __ss_arm EXIT '';| __ss_arm USR2 \$'\\nbuiltin exit 143';", "", prelude)
-    if variant == "one copy of each state script":
-        second = rf" && \{{ builtin (export -p|declare -f) && builtin printf '%s\\n' '{WHOLE}'; \}} >\| \S+\.prev"
-        prelude = re.sub(second, "", prelude)
+    if variant in ("no trap check", "no state save"):
+        prelude = prelude.replace(" \\__ss_arm;", "", 1)
     if variant == "no state save":
-        prelude = prelude.replace("__ss_save; builtin printf", "builtin printf")
-    line = run_line(TAG).decode() + "0" * 32 + "true\0"
-    return prelude + "\n" + line * commands
+        prelude = prelude.replace("; \\__ss_save; builtin printf", "; builtin printf")
+    line = run_line(TAG).decode() if variant != VARIANTS[1] else _run_line(TAG) + "\n"
+    return prelude + "\n" + (line + "0" * 32 + "true\0") * commands
 
 
 def per_command(script: str, commands: int) -> float:
-    with tempfile.NamedTemporaryFile("w", suffix=".sh") as f, open(f.name, "rb") as feed:
-        f.write(script)
-        f.flush()
-        start = time.perf_counter()
-        subprocess.run(["bash", "--noprofile", "--norc"], stdin=feed, env={"PATH": "/usr/bin:/bin"},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # fmt: skip
-        return (time.perf_counter() - start) / commands * 1e6
+    ours, theirs = socket.socketpair()
+    start = time.perf_counter()
+    proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=theirs.fileno(), env={"PATH": "/usr/bin:/bin"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    theirs.close()
+    ours.sendall(script.encode())
+    ours.shutdown(socket.SHUT_WR)
+    proc.wait()
+    ours.close()
+    return (time.perf_counter() - start) / commands * 1e6
 
 
 def main() -> None:
@@ -54,9 +57,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.state) as state:
         print("| wrapper variant | µs per `true` |")
         print("|---|---|")
-        for variant in ("whole", "no trap re-arm", "one copy of each state script", "no state save"):
+        for variant in VARIANTS:
             us = min(per_command(text(state, variant, args.commands), args.commands) for _ in range(3))
             print(f"| {variant} | {us:.0f} |")
+        saved = sorted(os.listdir(state))
+        print(f"\nstate folder after the last run: {', '.join(saved)}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from sandshell.errors import SandboxError
 from sandshell.sandbox import engine
 from sandshell.sandbox.protocol import LIMITS
 from sandshell.sandbox.sandbox import Sandbox
+from sandshell_agent.wrapper import EXEC_STATE, STATE_FILES
 
 
 def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(sb: Sandbox) -> None:
@@ -144,12 +145,13 @@ def test_a_fifo_where_the_shell_saves_its_state_cannot_hang_the_agent(sb: Sandbo
     state, never the agent its life."""
     state = "/run/sandshell-agent"
     start = time.monotonic()
-    plant = f"cd /tmp; rm -f {state}/cwd {state}/exports.sh; mkfifo {state}/cwd {state}/exports.sh; kill -9 $$"
+    names = " ".join(f"{state}/{name}" for name in (*STATE_FILES, EXEC_STATE))
+    plant = f"cd /tmp; rm -f {names}; mkfifo {names}; kill -9 $$"
     r = sb.execute(plant, timeout=3)  # the shell dies; its replacement reads the saved state
     assert time.monotonic() - start < 3 + 8 and r.restarted and not r.lost, r
     r = sb.execute("echo alive", timeout=3)
     assert r.output == "alive\n" and not r.lost, r
-    sb.execute(f"rm -f {state}/cwd {state}/exports.sh; cd /app")
+    sb.execute(f"rm -f {names}; cd /app")
 
 
 def test_links_and_fifos_where_bash_saves_its_state_cost_one_command_at_most(sb: Sandbox) -> None:
@@ -157,8 +159,8 @@ def test_links_and_fifos_where_bash_saves_its_state_cost_one_command_at_most(sb:
     they made every later command write through the link and then hang until its timeout."""
     state = "/run/sandshell-agent"
     plant = (
-        f"cd /tmp; rm -f {state}/exports.sh {state}/functions.sh {state}/trap; "
-        f"mkfifo {state}/functions.sh {state}/trap; ln -s /app/through-a-link {state}/exports.sh; kill -9 $$"
+        f"cd /tmp; rm -f {state}/state0.sh {state}/state1.sh {state}/trap {state}/cwd; mkfifo {state}/state1.sh"
+        f" {state}/trap; ln -s /app/through-a-link {state}/state0.sh; ln -s /app/through-a-link {state}/cwd; kill -9 $$"
     )
     r = sb.execute(plant, timeout=3)
     assert r.restarted and not r.lost, r
@@ -166,6 +168,25 @@ def test_links_and_fifos_where_bash_saves_its_state_cost_one_command_at_most(sb:
         r = sb.execute("echo alive", timeout=3)
         assert r.output == "alive\n" and not r.timed_out and not r.restarted, r
     assert sb.execute("test -e /app/through-a-link").return_code == 1
+    sb.execute("cd /app")
+
+
+def test_what_a_shell_left_when_it_ended_is_not_restored_after_later_commands(sb: Sandbox) -> None:
+    """Where a shell was when it exited, and what a program that replaced it had exported, count for
+    the shell that follows it only: a later shell killed is restored from the later commands."""
+    r = sb.execute("cd /etc && export LEFT=exit && exit 3")
+    assert r.restarted and r.cwd == "/etc", r
+    sb.execute("cd /tmp; unset LEFT")
+    r = sb.execute("kill -9 $$")
+    assert r.restarted and r.cwd == "/tmp", r
+    assert sb.execute('echo "[${LEFT-unset}]"').output == "[unset]\n"
+    r = sb.execute("cd /usr && export BY_EXEC=yes && exec sleep 0.2")  # state read from the program's /proc
+    assert r.restarted and r.cwd == "/usr", r
+    assert sb.execute("echo $BY_EXEC").output == "yes\n"
+    sb.execute("cd /var; unset BY_EXEC")
+    r = sb.execute("kill -9 $$")
+    assert r.restarted and r.cwd == "/var", r
+    assert sb.execute('echo "[${BY_EXEC-unset}]"').output == "[unset]\n"
     sb.execute("cd /app")
 
 

@@ -59,6 +59,35 @@ def test_aliases_options_and_error_traps_change_nothing(box: Sandbox) -> None:
     assert box.execute("echo $KEPT").output == "yes\n"
 
 
+RUN_ALIAS = r"""eval "$(alias -p | sed -n "s/^alias \(__ss_[0-9a-f]*\)=.*/alias \1='echo hijacked;'/p")" """
+
+
+@pytest.mark.parametrize(
+    ("plant", "runs"),
+    [
+        pytest.param(f"{RUN_ALIAS}; alias if='echo hijacked;' then='echo hijacked;' else='echo hijacked;' "
+                     "fi='echo hijacked;' '{'='echo hijacked;' '}'='echo hijacked;'", True, id="aliases-on-its-words"),
+        pytest.param("unalias -a; shopt -u expand_aliases", True, id="alias-expansion-off"),
+        pytest.param("unalias -a; enable -n alias shopt", False, id="alias-builtins-disabled"),
+    ],
+)  # fmt: skip
+def test_the_run_lines_alias_holds_or_costs_one_command_unrun(box: Sandbox, plant: str, runs: bool) -> None:
+    """Bash reads an alias of the run line for each command (a socket is read a byte at a time):
+    an alias of the model's on its name or its reserved words, alias expansion turned off, or the
+    builtins that put it back disabled, must not run a command unwrapped or forge a status. The
+    first two are undone after the command that made them; the last costs the next command (bash
+    runs `__ss_TAG`, the function, which takes the command off its input and ends the shell)."""
+    assert box.execute(plant).return_code == 0
+    r = box.execute("echo one\necho two")
+    assert "hijacked" not in r.output and not r.timed_out, r
+    if runs:
+        assert r.output == "one\ntwo\n" and not r.restarted, r
+    else:  # never as loose lines: each would run, unwrapped, and the agent wait for a status until the timeout
+        assert r.restarted and "this command did not run" in r.output and "two" not in r.output, r
+    _still_honest(box)
+    assert "hijacked" not in box.execute("echo three").output
+
+
 def test_set_x_and_set_v_show_the_command_never_the_wrapper_or_its_nonce(box: Sandbox) -> None:
     box.execute("set -xv")
     r = box.execute("echo traced")

@@ -13,7 +13,7 @@ import shlex
 import stat
 
 from . import procs
-from .wrapper import WHOLE
+from .wrapper import CWD_FILE, EXEC_STATE, WHOLE, last_saved
 
 BASH_ARGV = b"/bin/bash\0--noprofile\0--norc\0"  # the agent's own bash: not replaced (a channel closed)
 ENV_LIMIT = 8 * 1024 * 1024
@@ -25,8 +25,9 @@ def _read(path: str, limit: int) -> bytes:
         return f.read(limit)
 
 
-def capture(pid: int) -> tuple[str, bytes] | None:
-    """(cwd, exports script) of the program that replaced bash `pid`, or None if there is none."""
+def capture(pid: int, number: int) -> tuple[str, bytes] | None:
+    """(cwd, exports script) of the program that replaced bash `pid`, or None if there is none;
+    the script ends as state script `number` would (it comes after that one)."""
     try:
         if _read(f"/proc/{pid}/cmdline", len(BASH_ARGV) + 1) == BASH_ARGV:
             return None
@@ -45,7 +46,7 @@ def capture(pid: int) -> tuple[str, bytes] | None:
     cwd = procs.cwd_named(pid, pwd)  # the name the shell had for it, when it is that folder
     if not env or cwd is None or not cwd.startswith("/"):
         return None
-    lines.append(WHOLE + "\n")  # written to its end: the copy a new shell restores from
+    lines.append(f"{WHOLE} {number}\n")  # written to its end, after the state script saved last
     return cwd, "".join(lines).encode("utf-8", "surrogateescape")
 
 
@@ -65,13 +66,14 @@ def _write(path: str, data: bytes) -> None:
 
 def keep(pid: int, state_dir: str) -> bool:
     """Save what `capture` finds where a new shell restores from; True if something was saved."""
-    got = capture(pid)
+    number = last_saved(state_dir)[0]
+    got = capture(pid, number)
     if got is None:
         return False
     cwd, exports = got
     try:
-        _write(os.path.join(state_dir, "exports.sh"), exports)
-        _write(os.path.join(state_dir, "cwd"), cwd.encode("utf-8", "surrogateescape"))
+        _write(os.path.join(state_dir, EXEC_STATE), exports)
+        _write(os.path.join(state_dir, CWD_FILE), f"{number}\n{cwd}".encode("utf-8", "surrogateescape"))
     except OSError:
         return False
     return True

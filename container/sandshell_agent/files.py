@@ -49,22 +49,24 @@ def read_text(path: str, limit: int) -> dict[str, Any]:
     return out
 
 
-def ends_with(path: str, line: str) -> bool:
-    """Whether a regular file (never a link or a FIFO) ends with `line` and a newline."""
-    tail = (line + "\n").encode()
+def last_line(path: str, limit: int = 128) -> str | None:
+    """The last line of a regular file (never a link or a FIFO) that ends with a newline, if it is
+    within the file's last `limit` bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size < len(tail):
-            return False
-        return os.pread(fd, len(tail), st.st_size - len(tail)) == tail
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        end = os.pread(fd, limit, max(0, st.st_size - limit))
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
+    whole = len(end) < limit or b"\n" in end[:-1]
+    return end[:-1].rpartition(b"\n")[2].decode("utf-8", "replace") if end.endswith(b"\n") and whole else None
 
 
 def remove_unless_regular(folder: str, names: tuple[str, ...]) -> list[str]:

@@ -11,7 +11,17 @@ import struct
 import subprocess
 
 from . import files, procs
-from .wrapper import ERROR_FD, STATE_FILES, STATUS_FD, STOP_SIGNAL, functions, restore_lines, run_line
+from .wrapper import (
+    ERROR_FD,
+    STATE_FILES,
+    STATUS_FD,
+    STOP_SIGNAL,
+    functions,
+    last_saved,
+    restore_lines,
+    run_line,
+    saved_cwd,
+)
 
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
@@ -99,7 +109,7 @@ class Shell:
         self.control, control_r = _channel()
 
         if restore:
-            self.cwd = self._saved_cwd() or self.cwd
+            self.cwd = saved_cwd(self.state_dir) or self.cwd
         wanted = self.cwd
         self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
         self.unreachable = wanted if self.cwd != wanted else None
@@ -116,7 +126,7 @@ class Shell:
             # (bash's own `ulimit`: the agent may not set another process's limits, the filter says so)
             prelude.insert(0, f"builtin ulimit -f {self.file_limit // 1024} || builtin exit 1")  # KiB, rounded down
         tag = secrets.token_hex(4)
-        prelude += functions(self.state_dir, tag)
+        prelude += functions(self.state_dir, tag, last_saved(self.state_dir)[0])
         self.run_line = run_line(tag)
         if restore:
             prelude += restore_lines(self.state_dir)
@@ -150,11 +160,6 @@ class Shell:
                 continue
             return proc, where
         raise AssertionError("unreachable: / was tried last")
-
-    def _saved_cwd(self) -> str | None:
-        # read_text: the file is within the model's reach, and a FIFO there must not block the agent
-        cwd = files.read_text(os.path.join(self.state_dir, "cwd"), 4096)["content"]
-        return cwd if cwd and cwd.startswith("/") else None
 
     def terminate(self) -> None:
         """Ask bash to end the running command line: it saves its state and exits (see the USR2 trap)."""

@@ -2,8 +2,9 @@
 
 The model owns the shell they run in, so they are written against what its commands may leave
 there: functions named like builtins (`read`, `printf`, `eval`: every builtin is called through
-`builtin`, and the wrapper's own functions are read-only), aliases (the one line bash reads per
-command quotes its words), `set -e`, `-u`, `-x`, `-v`, `noclobber` (options are local to the
+`builtin`, and the wrapper's own functions are read-only), aliases (the line run per command is
+an alias of the wrapper's, put back after each command with any alias on its reserved words taken
+off; its other words are quoted), `set -e`, `-u`, `-x`, `-v`, `noclobber` (options are local to the
 functions, files are written with `>|`), and readonly or integer variables in the way (the
 variables' names are made anew for each shell). The line bash reads per command is always the
 same and holds no secret: the status record's nonce comes with the command, on bash's input.
@@ -24,50 +25,73 @@ from . import files
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
 ERROR_FD = 201  # bash's first stderr, where a syntax error goes: the model may close or move fd 2
+UNRUN = shlex.quote(
+    "sandshell: this command did not run: the shell's alias expansion or its alias builtin was turned off;"
+    " a new shell starts with the cwd, exports and functions kept"
+)
 STOP_SIGNAL = signal.SIGUSR2  # the agent's "end this command line" to bash (see the traps below)
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
 
 
-WHOLE = "# sandshell: whole"  # the last line of a state script written to its end
-SAVED_AS = ("", ".prev")  # the two copies of each state script, in the order they are written
-
+WHOLE = "# sandshell: whole"  # then " N": the last line of state script number N, written to its end
+# The shell's saved state (exports and functions) goes to these two in turn, one per save: a save
+# that fails midway (SIGXFSZ under `ulimit -f 0`, a full folder, a builtin disabled) leaves the
+# other whole, the one before. A new shell restores the whole one with the highest number.
+STATE_SCRIPTS = ("state0.sh", "state1.sh")
+EXEC_STATE = "exec.sh"  # the exports of a program that replaced the shell (execstate), after the above
+CWD_FILE = "cwd"  # where the shell was when it ended (EXIT trap, USR2) or was replaced; else the last status says
 
 # Every file bash itself writes in the state folder (with `>|`, which follows a link and waits on a
 # FIFO: a new shell starts only after the agent has removed anything but a regular file there).
-STATE_FILES = (*(f"{n}{suffix}" for n in ("exports.sh", "functions.sh") for suffix in SAVED_AS), "cwd", "trap")
+STATE_FILES = (*STATE_SCRIPTS, CWD_FILE, "trap")
 
 
-def _twice(st: str, name: str, dump: str) -> str:
-    first, second = (f"{st}/{name}{suffix}" for suffix in SAVED_AS)
-    whole = f"{{ {dump} && builtin printf '%s\\n' '{WHOLE}'; }}"
-    return f"{whole} >| {first} && {whole} >| {second}"
+def last_saved(state_dir: str) -> tuple[int, str | None]:
+    """The number of the last state script written whole, and its path (0, None: none yet)."""
+    best: tuple[int, str | None] = (0, None)
+    for name in STATE_SCRIPTS:
+        path = os.path.join(state_dir, name)
+        mark, _, number = (files.last_line(path) or "").rpartition(" ")
+        if mark == WHOLE and number.isdigit() and int(number) >= best[0]:
+            best = (int(number), path)
+    return best
 
 
 def restore_lines(state_dir: str) -> list[str]:
-    """What a replacement shell runs to get the saved exports and functions back: of each script,
-    the first copy written whole (a regular file: never a FIFO, not even one swapped in later)."""
-    lines = []
-    for name in ("exports.sh", "functions.sh"):
-        copies = (os.path.join(state_dir, name + suffix) for suffix in SAVED_AS)
-        for path in [shlex.quote(p) for p in copies if files.ends_with(p, WHOLE)][:1]:
-            lines.append(f"builtin [ -f {path} ] && builtin . {path} 2>/dev/null")
-    return lines
+    """What a replacement shell runs to get the saved exports and functions back: the last state
+    script written whole, then the exports of a program that replaced the shell after that save
+    (each a regular file when checked; bash checks again, and never reads a FIFO swapped in)."""
+    number, path = last_saved(state_dir)
+    exec_state = os.path.join(state_dir, EXEC_STATE)
+    paths = [path, exec_state if files.last_line(exec_state) == f"{WHOLE} {number}" else None]
+    return [f"builtin [ -f {shlex.quote(p)} ] && builtin . {shlex.quote(p)} 2>/dev/null" for p in paths if p]
 
 
-def functions(state_dir: str, tag: str) -> list[str]:
-    """The wrapper's definitions for a new shell; `tag` makes its variables' names unguessable."""
+def saved_cwd(state_dir: str) -> str | None:
+    """Where the shell was when it ended or was replaced, if that was after the last save."""
+    number, _, cwd = (files.read_text(os.path.join(state_dir, CWD_FILE), 8192)["content"] or "").partition("\n")
+    return cwd if number == str(last_saved(state_dir)[0]) and cwd.startswith("/") else None
+
+
+def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
+    """The wrapper's definitions for a new shell; `tag` makes its names unguessable, `saved` is the
+    number of the last state script saved (the new shell's saves go on from it)."""
     st = shlex.quote(state_dir)
-    c, n, h, t, r, k, u = (f"__ss_{v}_{tag}" for v in "cnhtrku")
+    c, n, h, t, r, k, u, q, e = (f"__ss_{v}_{tag}" for v in "cnhtrkuqe")
+    keywords = " ".join(shlex.quote(w) for w in KEYWORDS)
+    alias = f"builtin shopt -s expand_aliases; builtin unalias {keywords} 2>/dev/null || :;"
+    alias += f" builtin alias __ss_{tag}={shlex.quote(_run_line(tag))}"
     return [
-        # The state a replacement shell starts from: written after every command and when the shell ends.
-        # Each script twice, each copy ending with WHOLE once written whole, the second only once the
-        # first is: a save that fails midway (SIGXFSZ under `ulimit -f 0`, a full folder, a builtin
-        # disabled) leaves one whole copy, this command's or the one before (see Shell.start).
-        f"__ss_save() {{ {_twice(st, 'exports.sh', 'builtin export -p')};"
-        f" {_twice(st, 'functions.sh', 'builtin declare -f')};"
-        f' builtin printf %s "$PWD" >| {st}/cwd; }} 2>/dev/null',
+        f"{q}={int(saved)}",
+        # The state a replacement shell starts from: saved after every command into the two state
+        # scripts in turn (see STATE_SCRIPTS), each ending with its number once written whole.
+        f"__ss_save() {{ {q}=$(( {q} + 1 ));"
+        f" {{ builtin export -p && builtin declare -f && builtin printf '%s %d\\n' '{WHOLE}' \"${q}\"; }}"
+        f" >| {st}/state$(( {q} % 2 )).sh; }} 2>/dev/null",
+        # ... and where the shell is, when it ends or is stopped (the traps below).
+        f'__ss_end() {{ \\__ss_save; builtin printf "%s\\n%s" "${q}" "$PWD" >| {st}/{CWD_FILE}; }} 2>/dev/null',
         # Read "nonce command NUL". A read that fails (a builtin disabled, a variable in the way) ends
         # the shell: what is left of the command on bash's input must never run as lines of its own.
         # Defining a function parses the whole command without running any of it, so a syntax error
@@ -87,30 +111,44 @@ def functions(state_dir: str, tag: str) -> list[str]:
         # trap ends a timed-out command line (the agent's own signal: TERM comes with pasted scripts,
         # `trap cleanup EXIT INT TERM`, and a TERM trap set by the command that then timed out let
         # its line run on). A trap the model sets or clears on them replaces the wrapper's: after each
-        # command, put the wrapper's back around whatever the model's trap runs ($1: the signal, $2:
-        # what follows the model's code). A signal the model ignores stays ignored: the agent
-        # freezes such a shell.
-        f"__ss_arm() {{ builtin trap -p $1 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
-        f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_save\"* | \"trap -- '' \"*) builtin return;; esac;"
+        # command whose traps are not as the wrapper left them, put the wrapper's back around whatever
+        # the model's trap runs ($1: the signal, $2: what follows the model's code). A signal the
+        # model ignores stays ignored: the agent freezes such a shell.
+        f"__ss_arm1() {{ builtin trap -p $1 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
+        f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_end\"* | \"trap -- '' \"*) builtin return;; esac;"
         f" {t}=${{{t}#trap -- }}; {t}=${{{t}% *}}; builtin eval \"{t}=${{{t}:-''}}\";"
-        f' builtin trap -- "\\__ss_save${{{t}:+\n${t}}}$2" $1; }} 2>/dev/null',
+        f' builtin trap -- "\\__ss_end${{{t}:+\n${t}}}$2" $1; }} 2>/dev/null',
+        f"__ss_arm() {{ builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
+        f" [[ ${t} == \"${e}\" ]] && builtin return; \\__ss_arm1 EXIT ''; \\__ss_arm1 USR2 $'\\nbuiltin exit 143';"
+        f" builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap; }} 2>/dev/null",
         # `$?` at the start of a command is the last command's status, as at a prompt (`make`, then
         # `echo $?`): the run line tests this in an `if`, so errexit and ERR traps never see it.
         f'__ss_rc() {{ builtin return "${{{r}:-0}}"; }}',
-        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=${{{k}:-$1}}; __ss_arm EXIT '';"
-        f" __ss_arm USR2 $'\\nbuiltin exit 143'; __ss_save;"
+        # After each command: the traps and the run line's alias put back, the state saved, the status.
+        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=${{{k}:-$1}}; \\__ss_arm;"
+        f" {alias}; \\__ss_save;"
         f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "${{{k}:-$1}}" "$PWD" "${h}" >&{STATUS_FD}; }}',
-        "builtin readonly -f __ss_save __ss_arm __ss_in __ss_keep __ss_rc __ss_out",
+        # Should the alias not be expanded (the model disabled `shopt` or `alias` itself), its name
+        # runs this instead: the command is taken off bash's input unrun, said so, and the shell ends
+        # (the agent starts a new one, which has the alias again).
+        f"__ss_{tag}() {{ IFS= builtin read -r -t {READ_SECONDS} -d '' {c};"
+        f" builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }}",
+        f"builtin readonly -f __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc __ss_out __ss_{tag}",
         # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
         # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
         # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the
         # signal without running its EXIT trap, and the state of the command at hand would be lost.
-        "builtin trap '\\__ss_save' EXIT; builtin trap '\\__ss_save; builtin exit 143' TERM USR2",
+        "builtin trap '\\__ss_end' EXIT; builtin trap '\\__ss_end; builtin exit 143' TERM USR2",
+        f"builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap",
+        alias,
     ]
 
 
-def run_line(tag: str) -> bytes:
-    """The line bash reads for every command; the nonce and the command follow it on its input.
+KEYWORDS = ("if", "then", "else", "fi", "{", "}")  # the reserved words of the run line: bash expands aliases on them
+
+
+def _run_line(tag: str) -> str:
+    """What bash runs for every command; the nonce and the command follow it on its input.
     The wrapper's insides do not show in `set -x` output (options are local to its functions; a
     syntax error goes to fd 3, bash's first stderr, which the model's `exec 2>&-` cannot close);
     the command runs at top level, so `declare` and `local` mean what they mean at a prompt. (No
@@ -120,5 +158,15 @@ def run_line(tag: str) -> bytes:
     return (
         f'\\__ss_in 3>&{ERROR_FD} 2>/dev/null && if \\__ss_rc "${{__ss_u_{tag}-}}" 2>/dev/null;'
         f" then {run}; else {run}; fi;"
-        f" {{ \\__ss_out $?; }} 2>/dev/null\n"
-    ).encode()
+        f" {{ \\__ss_out $?; }} 2>/dev/null"
+    )
+
+
+def run_line(tag: str) -> bytes:
+    """The line bash reads for every command: an alias for `_run_line`, so that bash, which reads
+    a pipe or a socket one byte at a time, reads 14 bytes instead of 230 (~0.1 ms a command).
+    The wrapper defines it again after every command, with `expand_aliases`, and takes any alias
+    off the reserved words it holds; should it still not be expanded, `__ss_TAG` ends the shell.
+    (An empty line first: after a syntax error in `__ss_in`'s eval, bash 5.2 takes the next word
+    for no command's first, so for no alias.)"""
+    return f"\n__ss_{tag}\n".encode()
