@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "container"))
 from sandshell_agent.shell import EDITOR_STUBS
-from sandshell_agent.wrapper import _run_line, functions, run_line
+from sandshell_agent.wrapper import LENGTH_DIGITS, NONCE_CHARS, _run_line, functions, run_line
 
 TAG = "bench0001"
 VARIANTS = ("whole", "the whole run line read each time (no alias)", "no trap check", "no state save")
@@ -33,7 +33,7 @@ def text(state: str, variant: str, commands: int) -> str:
     if variant == "no state save":
         prelude = prelude.replace("; \\__ss_save; builtin printf", "; builtin printf")
     line = run_line(TAG).decode() if variant != VARIANTS[1] else _run_line(TAG) + "\n"
-    return prelude + "\n" + (line + "0" * 32 + "true\0") * commands
+    return prelude + "\n" + (line + "0" * NONCE_CHARS + "4".zfill(LENGTH_DIGITS) + "true") * commands
 
 
 def per_command(script: str, commands: int) -> float:

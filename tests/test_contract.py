@@ -4,6 +4,8 @@ a hand-made container from the image, and whose result a watchdog's notice lands
 
 from __future__ import annotations
 
+import hashlib
+import shlex
 import time
 
 import docker
@@ -169,6 +171,21 @@ def test_links_and_fifos_where_bash_saves_its_state_cost_one_command_at_most(sb:
         assert r.output == "alive\n" and not r.timed_out and not r.restarted, r
     assert sb.execute("test -e /app/through-a-link").return_code == 1
     sb.execute("cd /app")
+
+
+def test_every_byte_of_a_command_reaches_bash_as_sent_in_any_locale(sb: Sandbox) -> None:
+    """Bash reads the command in blocks of a length it is told (`read -N`), sent as ASCII and
+    decoded with `printf %b`: backslashes, escapes, `%`, tabs and text past ASCII come through as
+    they were, whatever locale the model set, and 200 KB arrive whole."""
+    text = "a\\b \\c \\x41 \\0101 \\u00e9 %d %b \t é 日本 🙂 end"
+    for setup in ("true", "export LC_ALL=C", "export LC_ALL=POSIX LANG=C; readonly LC_ALL"):
+        sb.execute(setup)
+        r = sb.execute(f"printf '%s\\n' {shlex.quote(text)}")
+        assert r.output == text + "\n" and r.return_code == 0, (setup, r)
+    body = "".join(f"{i} é \\ \\x41 %s 日本 $HOME `x`\n" for i in range(6000))
+    r = sb.execute(f"cat > /tmp/big <<'END'\n{body}END\nmd5sum < /tmp/big", timeout=20)
+    assert r.output.split()[0] == hashlib.md5(body.encode()).hexdigest(), r
+    assert len(body.encode()) > 200_000
 
 
 def test_what_a_shell_left_when_it_ended_is_not_restored_after_later_commands(sb: Sandbox) -> None:

@@ -13,9 +13,11 @@ import subprocess
 from . import files, procs
 from .wrapper import (
     ERROR_FD,
+    LENGTH_DIGITS,
     STATE_FILES,
     STATUS_FD,
     STOP_SIGNAL,
+    encode_command,
     functions,
     last_saved,
     restore_lines,
@@ -221,7 +223,8 @@ class Shell:
         and holds no secret (`set -v` echoes it, `set -x` and a DEBUG trap see it).
         """
         self.nonce = secrets.token_hex(16).encode()
-        self._send(self.run_line + self.nonce + command + b"\0")
+        body = encode_command(command)
+        self._send(b"%s%s%0*d%s" % (self.run_line, self.nonce, LENGTH_DIGITS, len(body), body))
 
     def _checked_cwd(self, said: str) -> str:
         """The cwd bash reported if it is where bash really is, else the kernel's path for it."""

@@ -18,6 +18,7 @@ agent still checks the reported working directory against the kernel's (`Shell.r
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 
@@ -31,6 +32,8 @@ UNRUN = shlex.quote(
 )
 STOP_SIGNAL = signal.SIGUSR2  # the agent's "end this command line" to bash (see the traps below)
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
+LENGTH_DIGITS = 10  # then the length of the command as sent (encode_command), in bytes
+NOT_ASCII = re.compile(rb"[\x80-\xff]")
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
 
@@ -46,6 +49,14 @@ CWD_FILE = "cwd"  # where the shell was when it ended (EXIT trap, USR2) or was r
 # Every file bash itself writes in the state folder (with `>|`, which follows a link and waits on a
 # FIFO: a new shell starts only after the agent has removed anything but a regular file there).
 STATE_FILES = (*STATE_SCRIPTS, CWD_FILE, "trap")
+
+
+def encode_command(command: bytes) -> bytes:
+    """The command as bash reads it: ASCII only, so that `read -N` counts its bytes whatever the
+    model's locale, and `printf %b` gives every byte back (each backslash doubled, each byte past
+    ASCII as \\xHH)."""
+    escaped = command.replace(b"\\", b"\\\\")
+    return escaped if escaped.isascii() else NOT_ASCII.sub(lambda m: b"\\x%02x" % m[0][0], escaped)
 
 
 def last_saved(state_dir: str) -> tuple[int, str | None]:
@@ -79,7 +90,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
     """The wrapper's definitions for a new shell; `tag` makes its names unguessable, `saved` is the
     number of the last state script saved (the new shell's saves go on from it)."""
     st = shlex.quote(state_dir)
-    c, n, h, t, r, k, u, q, e = (f"__ss_{v}_{tag}" for v in "cnhtrkuqe")
+    c, n, h, t, r, k, u, q, e, m, z = (f"__ss_{v}_{tag}" for v in "cnhtrkuqemz")
     keywords = " ".join(shlex.quote(w) for w in KEYWORDS)
     alias = f"builtin shopt -s expand_aliases; builtin unalias {keywords} 2>/dev/null || :;"
     alias += f" builtin alias __ss_{tag}={shlex.quote(_run_line(tag))}"
@@ -92,13 +103,22 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f" >| {st}/state$(( {q} % 2 )).sh; }} 2>/dev/null",
         # ... and where the shell is, when it ends or is stopped (the traps below).
         f'__ss_end() {{ \\__ss_save; builtin printf "%s\\n%s" "${q}" "$PWD" >| {st}/{CWD_FILE}; }} 2>/dev/null',
-        # Read "nonce command NUL". A read that fails (a builtin disabled, a variable in the way) ends
-        # the shell: what is left of the command on bash's input must never run as lines of its own.
+        # Read the nonce, the length and the command (encode_command): `read -N` takes it in blocks,
+        # where a read up to a delimiter, or with a timeout, takes a byte (and a select) at a time:
+        # 100 KB took 145 ms, now 1 ms. The model's `TMOUT` (read's default timeout) is set aside;
+        # a readonly one gets a timeout of the wrapper's instead, so it cannot cut a command short.
+        # A read that fails or comes short (a builtin disabled, a variable in the way) ends the
+        # shell: what is left of the command on bash's input must never run as lines of its own.
         # Defining a function parses the whole command without running any of it, so a syntax error
         # (an unterminated quote or heredoc) is reported and nothing half-runs.
-        f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran; {k}= || builtin exit 2;"
-        f" IFS= builtin read -r -t {READ_SECONDS} -d '' {c} || builtin exit 2;"
-        f" {n}=${{{c}:0:{NONCE_CHARS}}}; {c}=${{{c}:{NONCE_CHARS}}};"
+        f"__ss_get() {{ builtin local -; builtin set +xveuE; builtin local TMOUT 2>/dev/null;"
+        f" builtin unset -v TMOUT 2>/dev/null || :; {m}=(); [[ ${{TMOUT+x}} ]] && {m}=(-t {READ_SECONDS});"
+        f' IFS= builtin read -r "${{{m}[@]}}" -N {NONCE_CHARS + LENGTH_DIGITS} {c} || builtin exit 2;'
+        f" {n}=${{{c}:0:{NONCE_CHARS}}}; {z}=${{{c}:{NONCE_CHARS}}};"
+        f" [[ ${z} =~ ^[0-9]{{{LENGTH_DIGITS}}}$ ]] || builtin exit 2; {z}=$(( 10#${z} ));"
+        f' IFS= builtin read -r "${{{m}[@]}}" -N ${z} {c}; [[ ${{#{c}}} == "${z}" ]] || builtin exit 2;'
+        f' builtin printf -v {c} %b "${c}"; }}',
+        f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran; {k}= || builtin exit 2; \\__ss_get;"
         f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
         f" then builtin unset -f __ss_syntax_{tag};"
         f" {c}+=$'\\n{{ \\\\__ss_keep $? \"$_\"; }} 2>/dev/null'; return 0; fi;"
@@ -131,9 +151,9 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # Should the alias not be expanded (the model disabled `shopt` or `alias` itself), its name
         # runs this instead: the command is taken off bash's input unrun, said so, and the shell ends
         # (the agent starts a new one, which has the alias again).
-        f"__ss_{tag}() {{ IFS= builtin read -r -t {READ_SECONDS} -d '' {c};"
-        f" builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }}",
-        f"builtin readonly -f __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc __ss_out __ss_{tag}",
+        f"__ss_{tag}() {{ \\__ss_get; builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }}",
+        "builtin readonly -f __ss_get __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc __ss_out"
+        f" __ss_{tag}",
         # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
         # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
         # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the
