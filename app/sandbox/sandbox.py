@@ -23,7 +23,7 @@ from sandshell.sandbox.image import ensure_image
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, refusal
 
 Event = Output | Result
-ACK_EVERY = 16  # output frames; the agent's window is 64
+ACK_EVERY = 8  # output frames; the agent's window is 32
 
 
 class Sandbox:

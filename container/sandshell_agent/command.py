@@ -8,7 +8,7 @@ from typing import Any
 
 from . import files
 
-CHUNK_CHARS = 16 * 1024
+CHUNK_CHARS = 32 * 1024
 FLUSH_SECONDS = 0.05
 TAIL_BYTES = 8 * 1024
 

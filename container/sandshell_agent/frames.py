@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-COMMAND_LIMIT = 256 * 1024  # bytes of one command (bash reads it from a socket, a byte at a time)
+COMMAND_LIMIT = 256 * 1024  # bytes of one command (sent to bash as ASCII: up to 4x that past ASCII)
 PATH_LIMIT = 4096  # bytes of a path in a read or write (Linux's PATH_MAX)
 CONTENT_LIMIT = 1024 * 1024  # bytes of one write's content; a frame holds it even fully escaped
 LIMITS = {"command": COMMAND_LIMIT, "path": PATH_LIMIT, "content": CONTENT_LIMIT}

@@ -6,8 +6,7 @@ import os
 import selectors
 import signal
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from . import diskguard, execstate, files, procs
 from .command import Command, Limits
@@ -17,7 +16,9 @@ from .wrapper import STOP_SIGNAL
 READ_BYTES = 64 * 1024
 FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
 
-Send = Callable[[dict[str, Any]], None]
+
+class Send(Protocol):
+    def __call__(self, *frames: dict[str, Any]) -> None: ...
 
 
 class Runner:
@@ -205,8 +206,7 @@ class Runner:
         if cmd is None:
             return
         if cmd.flush_due(now):
-            for frame in cmd.frames():
-                self.send(frame)
+            self.send(*cmd.frames())
         if self.replaced and not self.shell.alive():
             self._shell_ended()
             return
@@ -247,8 +247,7 @@ class Runner:
     def _finish(self, code: int | None, **extra: Any) -> None:
         cmd = self.cmd
         assert cmd is not None
-        for frame in cmd.frames(final=True):
-            self.send(frame)
+        self.send(*cmd.frames(final=True))
         if self.owner is not None and os.geteuid() == 0 and self.owner != (0, 0):
             files.fix_ownership(self.workdir, *self.owner)  # root's files are root's already
         self.cmd = None
