@@ -20,19 +20,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "container"))
 from sandshell_agent.shell import EDITOR_STUBS
-from sandshell_agent.wrapper import LENGTH_DIGITS, NONCE_CHARS, _run_line, functions, run_line
+from sandshell_agent.wrapper import LENGTH_DIGITS, NONCE_CHARS, RUN_LINE, _run_line, functions, run_alias
 
 TAG = "bench0001"
 VARIANTS = ("whole", "the whole run line read each time (no alias)", "no trap check", "no state save")
 
 
 def text(state: str, variant: str, commands: int) -> str:
-    prelude = "\n".join(["exec 200>/dev/null 201>/dev/null", "set +o history", EDITOR_STUBS, *functions(state, TAG)])
+    fds = "exec 200>/dev/null 201>/dev/null"
+    prelude = "\n".join([fds, "set +o history", EDITOR_STUBS, *functions(state, TAG), run_alias(TAG)])
     if variant in ("no trap check", "no state save"):
         prelude = prelude.replace(" \\__ss_arm;", "", 1)
     if variant == "no state save":
         prelude = prelude.replace("; \\__ss_save; builtin printf", "; builtin printf")
-    line = run_line(TAG).decode() if variant != VARIANTS[1] else _run_line(TAG) + "\n"
+    line = RUN_LINE.decode() if variant != VARIANTS[1] else _run_line(TAG) + "\n"
     return prelude + "\n" + (line + "0" * NONCE_CHARS + "4".zfill(LENGTH_DIGITS) + "true") * commands
 
 

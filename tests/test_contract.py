@@ -207,6 +207,18 @@ def test_what_a_shell_left_when_it_ended_is_not_restored_after_later_commands(sb
     sb.execute("cd /app")
 
 
+def test_restarts_do_not_pile_up_in_the_saved_state(sb: Sandbox) -> None:
+    """The saved functions come back in the next shell, the wrapper's own among them: a wrapper
+    function named for each shell (its fallback was) made every save bigger after each restart."""
+    sb.execute("f() { echo f; }")
+    count = "declare -F | wc -l; declare -f | wc -c"
+    first = sb.execute(count).output.split()
+    for _ in range(4):
+        assert sb.execute("exit 3").restarted
+    r = sb.execute(count + "; f")
+    assert r.output.split() == [*first, "f"], r
+
+
 json_value = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),

@@ -59,7 +59,7 @@ def test_aliases_options_and_error_traps_change_nothing(box: Sandbox) -> None:
     assert box.execute("echo $KEPT").output == "yes\n"
 
 
-RUN_ALIAS = r"""eval "$(alias -p | sed -n "s/^alias \(__ss_[0-9a-f]*\)=.*/alias \1='echo hijacked;'/p")" """
+RUN_ALIAS = r"""eval "$(alias -p | sed -n "s/^alias \(__ss_[0-9a-z]*\)=.*/alias \1='echo hijacked;'/p")" """
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_the_run_lines_alias_holds_or_costs_one_command_unrun(box: Sandbox, plan
     an alias of the model's on its name or its reserved words, alias expansion turned off, or the
     builtins that put it back disabled, must not run a command unwrapped or forge a status. The
     first two are undone after the command that made them; the last costs the next command (bash
-    runs `__ss_TAG`, the function, which takes the command off its input and ends the shell)."""
+    runs `__ss_run`, the function, which takes the command off its input and ends the shell)."""
     assert box.execute(plant).return_code == 0
     r = box.execute("echo one\necho two")
     assert "hijacked" not in r.output and not r.timed_out, r

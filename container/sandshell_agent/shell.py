@@ -14,6 +14,7 @@ from . import files, procs
 from .wrapper import (
     ERROR_FD,
     LENGTH_DIGITS,
+    RUN_LINE,
     STATE_FILES,
     STATUS_FD,
     STOP_SIGNAL,
@@ -21,7 +22,7 @@ from .wrapper import (
     functions,
     last_saved,
     restore_lines,
-    run_line,
+    run_alias,
     saved_cwd,
 )
 
@@ -95,7 +96,6 @@ class Shell:
         self.stderr_r = -1
         self._status_buf = bytearray()
         self.nonce = b""  # what the running command's status record starts with
-        self.run_line = b""  # the line bash reads for each command (see wrapper.run_line)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
@@ -129,9 +129,9 @@ class Shell:
             prelude.insert(0, f"builtin ulimit -f {self.file_limit // 1024} || builtin exit 1")  # KiB, rounded down
         tag = secrets.token_hex(4)
         prelude += functions(self.state_dir, tag, last_saved(self.state_dir)[0])
-        self.run_line = run_line(tag)
         if restore:
             prelude += restore_lines(self.state_dir)
+        prelude.append(run_alias(tag))
         # `builtin`: the model's functions are loaded by now, and a `cd` of its own must not run here.
         prelude.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
         self._send("\n".join(prelude) + "\n")
@@ -224,7 +224,7 @@ class Shell:
         """
         self.nonce = secrets.token_hex(16).encode()
         body = encode_command(command)
-        self._send(b"%s%s%0*d%s" % (self.run_line, self.nonce, LENGTH_DIGITS, len(body), body))
+        self._send(b"%s%s%0*d%s" % (RUN_LINE, self.nonce, LENGTH_DIGITS, len(body), body))
 
     def _checked_cwd(self, said: str) -> str:
         """The cwd bash reported if it is where bash really is, else the kernel's path for it."""

@@ -36,6 +36,15 @@ LENGTH_DIGITS = 10  # then the length of the command as sent (encode_command), i
 NOT_ASCII = re.compile(rb"[\x80-\xff]")
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
+# The run line's alias, and the function that stands in for it when aliases are off. One name for
+# every shell: the saved functions bring the last shell's back, and a name of each shell's own
+# would pile up there, one more each restart, rewritten with every save.
+RUN_NAME = "__ss_run"
+# The line bash reads for every command: the alias, so that bash, which reads a pipe or a socket
+# one byte at a time, reads 10 bytes instead of 230 (~0.1 ms a command). (An empty line first:
+# after a syntax error in `__ss_in`'s eval, bash 5.2 takes the next word for no command's first,
+# so for no alias.)
+RUN_LINE = f"\n{RUN_NAME}\n".encode()
 
 
 WHOLE = "# sandshell: whole"  # then " N": the last line of state script number N, written to its end
@@ -91,9 +100,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
     number of the last state script saved (the new shell's saves go on from it)."""
     st = shlex.quote(state_dir)
     c, n, h, t, r, k, u, q, e, m, z = (f"__ss_{v}_{tag}" for v in "cnhtrkuqemz")
-    keywords = " ".join(shlex.quote(w) for w in KEYWORDS)
-    alias = f"builtin shopt -s expand_aliases; builtin unalias {keywords} 2>/dev/null || :;"
-    alias += f" builtin alias __ss_{tag}={shlex.quote(_run_line(tag))}"
+    alias = run_alias(tag)
     return [
         f"{q}={int(saved)}",
         # The state a replacement shell starts from: saved after every command into the two state
@@ -151,17 +158,27 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # Should the alias not be expanded (the model disabled `shopt` or `alias` itself), its name
         # runs this instead: the command is taken off bash's input unrun, said so, and the shell ends
         # (the agent starts a new one, which has the alias again).
-        f"__ss_{tag}() {{ \\__ss_get; builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }}",
+        f"{RUN_NAME}() {{ \\__ss_get; builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }}",
         "builtin readonly -f __ss_get __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc __ss_out"
-        f" __ss_{tag}",
+        f" {RUN_NAME}",
         # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
         # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
         # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the
         # signal without running its EXIT trap, and the state of the command at hand would be lost.
         "builtin trap '\\__ss_end' EXIT; builtin trap '\\__ss_end; builtin exit 143' TERM USR2",
         f"builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap",
-        alias,
     ]
+
+
+def run_alias(tag: str) -> str:
+    """Defines the run line's alias (with expansion on, and no alias on its reserved words). A new
+    shell runs it last, after the saved functions are back: they hold the fallback function's
+    definition, `__ss_run () ...`, which the alias would turn into the run line."""
+    keywords = " ".join(shlex.quote(w) for w in KEYWORDS)
+    return (
+        f"builtin shopt -s expand_aliases; builtin unalias {keywords} 2>/dev/null || :;"
+        f" builtin alias {RUN_NAME}={shlex.quote(_run_line(tag))}"
+    )
 
 
 KEYWORDS = ("if", "then", "else", "fi", "{", "}")  # the reserved words of the run line: bash expands aliases on them
@@ -180,13 +197,3 @@ def _run_line(tag: str) -> str:
         f" then {run}; else {run}; fi;"
         f" {{ \\__ss_out $?; }} 2>/dev/null"
     )
-
-
-def run_line(tag: str) -> bytes:
-    """The line bash reads for every command: an alias for `_run_line`, so that bash, which reads
-    a pipe or a socket one byte at a time, reads 14 bytes instead of 230 (~0.1 ms a command).
-    The wrapper defines it again after every command, with `expand_aliases`, and takes any alias
-    off the reserved words it holds; should it still not be expanded, `__ss_TAG` ends the shell.
-    (An empty line first: after a syntax error in `__ss_in`'s eval, bash 5.2 takes the next word
-    for no command's first, so for no alias.)"""
-    return f"\n__ss_{tag}\n".encode()
