@@ -5,6 +5,7 @@ host at most the limit plus a margin, and leave a session whose next command wor
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
+from sandshell_agent import inotify
 from tests.conftest import _base_settings
 
 LIMIT = 50_000_000  # every limit, small so the tests are quick
@@ -129,6 +131,61 @@ def test_a_writer_left_in_the_background_is_stopped(box: tuple[Sandbox, Path]) -
     time.sleep(1)
     assert count() == before  # it was stopped, not paused
     sb.execute("rm -f /app/bg*")
+
+
+def test_the_watchdog_hears_of_changes_from_the_kernel(box: tuple[Sandbox, Path]) -> None:
+    """Inside the sandbox (its seccomp filter, the engine's), the agent holds an inotify watch on each
+    folder of the workspace: a quick measure then looks only where something changed."""
+    sb, ws = box
+    sb.execute("mkdir -p /app/w/a/b /app/w/c")
+    folders = [ws / "w", ws / "w/a", ws / "w/a/b", ws / "w/c"]  # the same inodes on the host: a bind mount
+    sb.container.reload()
+    fdinfo = Path(f"/proc/{sb.container.attrs['State']['Pid']}/fdinfo")  # the agent is the container's PID 1
+
+    def unwatched() -> list[Path]:
+        lines = [line for f in fdinfo.iterdir() for line in f.read_text().splitlines() if "inotify wd:" in line]
+        return [p for p in folders if not any(f" ino:{p.stat().st_ino:x} " in line for line in lines)]
+
+    deadline = time.monotonic() + 10
+    while unwatched() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not unwatched(), unwatched()
+    sb.execute("rm -rf /app/w")
+
+
+def test_more_folders_than_its_share_of_watches_neither_exhaust_the_host_nor_hide_growth(
+    box: tuple[Sandbox, Path],
+) -> None:
+    """Watches count against the host's root user: a workspace of 4,200 folders gets no more than the
+    tree's share (at most 4,096), and a file growing in a folder past it (no event, no new mtime)
+    still trips the limit, at the next full measure."""
+    sb, ws = box
+    assert sb.execute("mkdir -p /app/deep && cd /app/deep && mkdir $(seq 1 4200) && echo made").output == "made\n"
+    sb.container.reload()
+    fdinfo = Path(f"/proc/{sb.container.attrs['State']['Pid']}/fdinfo")
+    app = f"{ws.stat().st_ino:x}"
+
+    def workspace_watches() -> set[str]:
+        """The inodes (hex) the workspace's inotify descriptor watches."""
+        for f in fdinfo.iterdir():
+            inodes = set(re.findall(r"inotify wd:\S+ ino:(\w+) ", f.read_text()))
+            if app in inodes:
+                return inodes
+        return set()
+
+    share = inotify.share()
+    deadline = time.monotonic() + 15
+    while len(workspace_watches()) < min(share, 4200) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)  # a full measure more: it must not go past the share either
+    watched = workspace_watches()
+    assert len(watched) == min(share, 4200), (len(watched), share)
+    unwatched = [d for d in range(1, 4201) if f"{(ws / 'deep' / str(d)).stat().st_ino:x}" not in watched]
+    assert unwatched, "a folder past the share"
+    # Slow enough that the limit is crossed well after a full measure's 2 s; it stops at one.
+    grow = f"for i in $(seq 1 1000); do head -c 100000 /dev/zero >> /app/deep/{unwatched[0]}/f; sleep 0.01; done"
+    stopped_quickly(sb, ws, f"{grow}; echo after", "SANDSHELL_WORKSPACE_LIMIT")
+    sb.execute("rm -rf /app/deep")
 
 
 @pytest.mark.parametrize(("profile", "mode"), [("standard", "copy"), ("locked", "rw")])

@@ -1,12 +1,13 @@
 """The disk watchdog: the workspace and the container's own files stay under their size limits.
 
 A thread measures the bytes on disk under /app and under the container's root filesystem (not
-/app, /tmp or other mounts: /tmp is a sized tmpfs, which the kernel bounds itself). It scans
-often while a command runs and seldom when idle, and never spends more than a tenth of its time
-scanning. When an area grows past its limit, `over` holds one sentence for the model and the
-user; the agent's loop stops the command and everything started from the shell. Nothing is
-deleted: once over, only further growth trips the watchdog again, so the model can still look
-and clean up.
+/app, /tmp or other mounts: /tmp is a sized tmpfs, which the kernel bounds itself). inotify says
+which folders changed and only those are scanned again (a folder it cannot watch, by its mtime);
+a full measure, every 2 s while a command runs and as it ends, catches what inotify does not
+report. It never spends more than a tenth of its time scanning. When an area grows past its
+limit, `over` holds one sentence for the model and the user; the agent's loop stops the command
+and everything started from the shell. Nothing is deleted: once over, only further growth trips
+the watchdog again, so the model can still look and clean up.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import procs
+from . import inotify, procs
 
 BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least)
 IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
 FULL_BUSY_EVERY = 2.0  # seconds between full measures (growth of files that already existed)
 FULL_IDLE_EVERY = 2.0  # a `chmod 4755` leaves its folder's mtime alone: only a full measure sees it
+FULL_IDLE_WATCHED = 10.0  # ... unless inotify watches every folder: it reports chmods and writes
 SETID = stat.S_ISUID | stat.S_ISGID
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp", "/run")
@@ -42,41 +44,68 @@ def human(n: int) -> str:
 class Tree:
     """Bytes on disk under `root`, on its own filesystem (links not followed, hard links once).
 
-    A quick measure rescans only the folders whose mtime changed (a file was created, removed or
-    renamed in them) and reuses the rest; a full measure stats every file, so growth of a file
-    that already existed is seen too. Folders in `skip` are left out.
+    A quick measure rescans only the folders that changed and reuses the rest: the folders inotify
+    says changed (a file made, removed, renamed, written or chmod-ed in them; a watched folder
+    costs nothing otherwise), and of the folders it does not watch, those whose mtime changed. A
+    full measure stats every file, so a change inotify does not report (a write through `mmap`) is
+    seen too. Folders in `skip` are left out.
     """
 
-    def __init__(self, root: str, skip: tuple[str, ...] = (), strip_setid: bool = False) -> None:
+    def __init__(self, root: str, skip: tuple[str, ...] = (), strip_setid: bool = False, watch: bool = True) -> None:
         self.root, self.skip, self.strip_setid = root, skip, strip_setid
-        self.folders: dict[str, tuple[int, int, list[str]]] = {}  # path -> (mtime_ns, bytes, subfolders)
+        # path -> (mtime_ns, inode, bytes, subfolders)
+        self.folders: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
+        self.total = 0
+        self.watches = inotify.Watches(inotify.share() if watch else 0)
+        self.complete = False  # every folder watched, nothing lost since the last measure
 
     def measure(self, full: bool = True) -> int:
+        dirty, lost = self.watches.changed()
+        if not full and self.complete and not dirty and not lost:
+            return self.total
+        full = full or lost
         try:
-            dev = os.lstat(self.root).st_dev
+            root = os.lstat(self.root)
         except OSError:
+            self.folders, self.total = {}, 0
             return 0
-        total, stack = 0, [self.root]
+        total, stack = 0, [(self.root, root.st_ino)]
         seen: set[int] = set()
-        known: dict[str, tuple[int, int, list[str]]] = {}
+        known: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
+        every = True
         while stack:
-            path = stack.pop()
-            try:
-                mtime = os.lstat(path).st_mtime_ns
-            except OSError:
-                continue
+            path, ino = stack.pop()
             cached = self.folders.get(path)
-            if not full and cached is not None and cached[0] == mtime:
-                entry = cached
+            entry = None
+            if not full and cached is not None and cached[1] == ino and path not in dirty:
+                if self.watches.watched(path):
+                    entry = cached
+                else:
+                    try:
+                        if os.lstat(path).st_mtime_ns == cached[0]:
+                            entry = cached
+                    except OSError:
+                        continue
+            if entry is None:
+                watched = self.watches.add(path)  # before the scan: a change during it is not lost
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                entry = (st.st_mtime_ns, st.st_ino, *self._scan(path, root.st_dev, seen))
+                every = every and watched
             else:
-                entry = (mtime, *self._scan(path, dev, seen))
+                every = every and self.watches.watched(path)
             known[path] = entry
-            total += entry[1]
-            stack.extend(entry[2])
-        self.folders = known
+            total += entry[2]
+            stack.extend(entry[3])
+        self.folders, self.total = known, total
+        self.complete = every and self.watches.active
+        if full and self.watches.active:
+            self.watches.keep_only(known)
         return total
 
-    def _scan(self, path: str, dev: int, seen: set[int]) -> tuple[int, list[str]]:
+    def _scan(self, path: str, dev: int, seen: set[int]) -> tuple[int, list[tuple[str, int]]]:
         size, subfolders = 0, []
         try:
             entries = os.scandir(path)
@@ -92,7 +121,7 @@ class Tree:
                     continue
                 if e.is_dir(follow_symlinks=False):
                     if e.path not in self.skip:
-                        subfolders.append(e.path)
+                        subfolders.append((e.path, st.st_ino))
                 elif st.st_nlink > 1 and st.st_ino in seen:
                     continue
                 else:
@@ -123,7 +152,7 @@ def _strip_setid(path: str) -> None:
 
 
 def usage(root: str, skip: tuple[str, ...] = ()) -> int:
-    return Tree(root, skip).measure()
+    return Tree(root, skip, watch=False).measure()
 
 
 @dataclass
@@ -206,10 +235,11 @@ class DiskGuard:
 
     def _watch(self, a: Area) -> None:
         """One thread an area, on its own clocks: a quick measure (changed folders only) every 50 ms
-        while a command runs (0.5 s idle), a full one every 2 s and as each command ends; neither
-        more often than ten times what it takes. (A file made in one scan's interval and made
-        set-uid in the next left no trace in its folder's mtime: it kept its bits until the next
-        full measure, up to 10 s idle.)"""
+        while a command runs, a full one every 2 s and as each command ends; neither more often
+        than ten times what it takes. Idle, when inotify watches every folder, a quick measure
+        still every 50 ms (it costs nothing until something changes) and a full one every 10 s;
+        when it does not, a quick one every 0.5 s and a full one every 2 s (a file made set-uid
+        leaves no trace in its folder's mtime: only a full measure sees it)."""
         quick = full = 0.0
         last_quick = last_full = float("-inf")
         was_busy = False
@@ -219,10 +249,11 @@ class DiskGuard:
             ended, was_busy = was_busy and not busy, busy  # a command just ended: measure it all now
             try:
                 since = now - last_full
-                if since >= full * 10 and (ended or since >= (FULL_BUSY_EVERY if busy else FULL_IDLE_EVERY)):
+                idle_every = FULL_IDLE_WATCHED if a.tree.complete else FULL_IDLE_EVERY
+                if since >= full * 10 and (ended or since >= (FULL_BUSY_EVERY if busy else idle_every)):
                     full, last_full = self.check(a, full=True), now
                     quick, last_quick = full / 4, now
-                elif now - last_quick >= max(BUSY_EVERY if busy else IDLE_EVERY, quick * 10):
+                elif now - last_quick >= max(BUSY_EVERY if busy or a.tree.complete else IDLE_EVERY, quick * 10):
                     quick, last_quick = self.check(a, full=False), now
             except Exception as e:  # a watchdog must not die: say so and go on
                 print(f"sandshell-agent: disk check failed: {e!r}", file=sys.stderr, flush=True)

@@ -1,0 +1,162 @@
+"""The disk watchdog's measure on a real folder tree: what inotify tells it, what it must find without
+inotify, and that a quick measure after any change agrees with measuring everything afresh."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import shutil
+import stat
+from pathlib import Path
+
+from sandshell_agent import inotify
+from sandshell_agent.diskguard import Tree
+
+
+def fresh(root: Path) -> int:
+    return Tree(str(root), watch=False).measure()
+
+
+def test_a_quick_measure_sees_a_file_grow_and_a_set_id_bit_at_once(tmp_path: Path) -> None:
+    """Neither changes the folder's mtime: before inotify only a full measure, seconds later, saw them."""
+    (tmp_path / "a").mkdir()
+    f = tmp_path / "a" / "f"
+    f.write_bytes(b"x" * 4096)
+    tree = Tree(str(tmp_path), strip_setid=True)
+    assert tree.watches.active, "inotify is available on this kernel"
+    tree.measure()
+    assert tree.complete
+    with f.open("ab") as out:
+        out.write(b"y" * 1_000_000)
+    assert tree.measure(full=False) == fresh(tmp_path) >= 1_000_000
+    f.chmod(0o4755)
+    tree.measure(full=False)
+    assert not f.stat().st_mode & stat.S_ISUID
+
+
+def test_nothing_changed_means_nothing_scanned(tmp_path: Path) -> None:
+    for i in range(50):
+        (tmp_path / f"d{i}").mkdir()
+    tree = Tree(str(tmp_path))
+    total = tree.measure()
+    scans: list[str] = []
+    real = tree._scan
+    tree._scan = lambda path, dev, seen: (scans.append(path), real(path, dev, seen))[1]  # type: ignore[method-assign]
+    assert tree.measure(full=False) == total and scans == []
+    (tmp_path / "d7" / "new").write_bytes(b"z" * 8192)
+    assert tree.measure(full=False) == total + 8192
+    assert scans == [str(tmp_path / "d7")]  # the one folder that changed
+
+
+def test_a_quick_measure_agrees_with_a_fresh_one_through_any_changes(tmp_path: Path) -> None:
+    """Files made, grown, removed; folders made, renamed, moved inside others, replaced, swapped, removed."""
+    rng = random.Random(7)
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    folders = [tmp_path]
+    for step in range(300):
+        folders = [p for p in folders if p.is_dir()] or [tmp_path]
+        where = rng.choice(folders)
+        op = rng.randrange(7)
+        if op == 0:
+            (where / f"f{step}").write_bytes(b"x" * rng.randrange(1, 20_000))
+        elif op == 1:
+            new = where / f"d{step}"
+            new.mkdir()
+            folders.append(new)
+        elif op == 2 and where != tmp_path:
+            target = rng.choice(folders)
+            if not str(target).startswith(str(where)):
+                where.rename(target / f"m{step}")
+                folders.append(target / f"m{step}")
+        elif op == 3 and where != tmp_path:
+            shutil.rmtree(where)
+            if rng.random() < 0.5:
+                where.mkdir()  # the same path, a new folder
+        elif op == 4:
+            files = [p for p in where.iterdir() if p.is_file()]
+            if files:
+                with rng.choice(files).open("ab") as out:
+                    out.write(b"y" * rng.randrange(1, 50_000))
+        elif op == 5:
+            for p in [p for p in where.iterdir() if p.is_file()][:2]:
+                p.unlink()
+        elif op == 6 and where != tmp_path:  # two folders trade places: each path now names the other
+            other = rng.choice(folders)
+            related = {str(where), str(other)} & {str(p) for p in (*where.parents, *other.parents)}
+            if other not in (tmp_path, where) and not related:
+                where.rename(tmp_path / "swap")
+                other.rename(where)
+                (tmp_path / "swap").rename(other)
+        assert tree.measure(full=False) == fresh(tmp_path), f"step {step}, op {op}"
+    assert tree.complete
+
+
+def test_two_folders_that_trade_places_are_measured_as_what_they_now_hold(tmp_path: Path) -> None:
+    """Each path keeps a watch, but on the other folder: a change in one must not be taken for the other."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "f").write_bytes(b"x" * 10_000)
+    (b / "f").write_bytes(b"x" * 300_000)
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    a.rename(tmp_path / "t")
+    b.rename(a)
+    (tmp_path / "t").rename(b)
+    (a / "g").write_bytes(b"y" * 50_000)
+    assert tree.measure(full=False) == fresh(tmp_path)
+
+
+def test_folders_past_the_watch_share_are_checked_by_their_mtime(tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    tree = Tree(str(tmp_path))
+    tree.watches.limit = 2  # as if the host's watches were nearly all taken
+    tree.measure()
+    assert not tree.complete and len(tree.watches.by_wd) == 2
+    (deep / "f").write_bytes(b"x" * 100_000)
+    assert tree.measure(full=False) == fresh(tmp_path) >= 100_000
+
+
+def test_a_tree_without_inotify_still_measures(tmp_path: Path) -> None:
+    tree = Tree(str(tmp_path), watch=False)
+    tree.measure()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x" * 100_000)
+    assert not tree.watches.active and not tree.complete
+    assert tree.measure(full=False) >= 100_000
+
+
+def test_lost_events_mean_a_full_measure(tmp_path: Path) -> None:
+    """A write through mmap raises no event; when the kernel's queue overflows, the next quick measure
+    measures everything, so it is found."""
+    (tmp_path / "m").mkdir()
+    sparse = tmp_path / "m" / "sparse"
+    size = 4 << 20
+    with sparse.open("wb") as out:
+        out.truncate(size)
+    tree = Tree(str(tmp_path))
+    before = tree.measure()
+    fd = os.open(sparse, os.O_RDWR)
+    try:
+        with mmap.mmap(fd, size) as m:
+            m[:] = b"w" * size
+            m.flush()
+    finally:
+        os.close(fd)
+    tree.watches.changed()  # the open and close raised events: take them, as a quick measure would
+    assert tree.measure(full=False) == before  # the write itself said nothing
+    queued = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    burst = tmp_path / "burst"
+    burst.mkdir()
+    tree.measure(full=False)  # watch the new folder
+    for i in range(queued // 2 + 100):  # a create and a close-write each
+        (burst / str(i)).touch()
+    assert tree.measure(full=False) == fresh(tmp_path) >= before + size
+
+
+def test_the_share_is_a_sixteenth_of_the_users_watches_at_most_the_cap() -> None:
+    limit = int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
+    assert inotify.share() == min(inotify.CAP, limit // 16)
