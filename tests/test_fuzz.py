@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sandshell.model import actions
 from sandshell.model.actions import ParseError
+from sandshell.sandbox.connection import AttachConnection
 from sandshell_agent.frames import FrameError, FrameReader, encode
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -78,13 +79,49 @@ def test_raw_output_frames_survive_any_split(chunks: list[tuple[str, str]], cut:
     frames = [{"type": "output", "id": "c1", "seq": i, "stream": s, "data": d} for i, (s, d) in enumerate(chunks)]
     frames.append({"type": "exit", "id": "c1", "exit_code": 0})
     data = b"".join(encode(f) for f in frames)
+    bodies, at = [], 0  # where each frame's raw bytes lie in the stream
+    for f in frames:
+        whole = encode(f)
+        at += len(whole)
+        bodies.append((at - len(whole) + whole.index(b"\n") + 1, at))
     reader = FrameReader(max_frame=1 << 20)
     out: list[object] = []
     for i in range(0, len(data), cut):
         out += reader.feed(data[i : i + cut])
+        fed = min(i + cut, len(data))  # the host waits for more while a flood's frame is still coming
+        assert reader.coming() == next((end - fed for start, end in bodies if start <= fed < end), 0)
     expected = [{**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
                 for f in frames]  # fmt: skip
     assert out == expected
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.text(max_size=3000)), max_size=8),
+       st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=8),
+       st.integers(min_value=1, max_value=4099), st.booleans())  # fmt: skip
+def test_the_engines_stream_headers_come_off_at_any_split(
+    chunks: list[tuple[str, str]], pieces: list[int], cut: int, stderr: bool
+) -> None:
+    """Without a TTY the engine cuts the agent's stdout into pieces of any size, each behind an 8-byte
+    header, with its stderr in between; the host's reader gets the agent's frames back whole."""
+    frames = [{"type": "output", "id": "c1", "seq": i, "stream": s, "data": d} for i, (s, d) in enumerate(chunks)]
+    frames.append({"type": "exit", "id": "c1", "exit_code": 0})
+    out, stream, i = b"".join(encode(f) for f in frames), b"", 0
+    while out:
+        size = min(pieces[i % len(pieces)], len(out))
+        stream += b"\x01\0\0\0" + size.to_bytes(4, "big") + out[:size]
+        out, i = out[size:], i + 1
+        if stderr and i % 3 == 0:
+            stream += b"\x02\0\0\0" + (5).to_bytes(4, "big") + b"oops\n"
+    conn = AttachConnection(None, "")
+    conn._sync = None  # past the hello: every byte now is the agent's frames
+    for at in range(0, len(stream), cut):
+        conn._feed(stream[at : at + cut])
+    got = list(conn._frames)
+    expected = [{**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
+                for f in frames]  # fmt: skip
+    assert got == expected
+    assert not stderr or i < 3 or list(conn.stderr)[-1] == "oops"
 
 
 frames = st.dictionaries(

@@ -18,6 +18,12 @@ from sandshell.sandbox.protocol import PROTOCOL_VERSION, FrameError, FrameReader
 
 MAX_FRAME = 16 * 1024 * 1024
 READ_BYTES = 256 * 1024
+# While more than PILE_BYTES of a frame's output are still to come (a flood: short frames never
+# wait) and nothing more is there yet, wait PILE_SECONDS before reading again. Read as fast as it
+# came, the stream arrived in ~5 KB pieces, and every hop (the engine, its shim, this reader) paid
+# per piece: 100 MB took ~20,000 reads and 0.2-0.4 s of the engine's CPU; piled up, a third less.
+PILE_BYTES = 8192
+PILE_SECONDS = 0.0005
 
 
 class ConnectionLost(Exception):
@@ -124,6 +130,8 @@ class Connection:
             sock = self.sock
             if sock is None:
                 raise ConnectionLost("not connected")
+            if self._reader.coming() > PILE_BYTES and not _ready(sock):
+                time.sleep(PILE_SECONDS)
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -161,6 +169,16 @@ class Connection:
             except OSError:
                 pass
             self.sock = None
+
+
+def _ready(sock: socket.socket) -> bool:
+    """Whether a read would return at once (TLS: a record already decrypted, or more in the kernel)."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError, TypeError):
+        return True  # no descriptor to ask: never wait
 
 
 class AttachConnection(Connection):

@@ -64,6 +64,10 @@ class FrameReader:
         self._body: dict[str, Any] | None = None  # a header whose raw bytes are still coming
         self._body_size = 0
 
+    def coming(self) -> int:
+        """Bytes of a frame's raw output still to come (0 between frames)."""
+        return self._body_size - len(self._buf) if self._body is not None else 0
+
     def feed(self, data: bytes) -> list[dict[str, Any] | FrameError]:
         self._buf += data
         out: list[dict[str, Any] | FrameError] = []
