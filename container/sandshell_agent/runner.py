@@ -13,7 +13,8 @@ from .command import Command, Limits
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
 
-READ_BYTES = 64 * 1024
+READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER)
+DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends (a writer left behind goes on)
 FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
 
 
@@ -174,7 +175,7 @@ class Runner:
     def _drain_output(self) -> None:
         assert self.cmd is not None
         for fd, stream in ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr")):
-            for _ in range(64):
+            for _ in range(DRAIN_BYTES // READ_BYTES):
                 try:
                     data = os.read(fd, READ_BYTES)
                 except (BlockingIOError, OSError):

@@ -13,6 +13,7 @@ import subprocess
 from . import files, procs
 from .wrapper import (
     ERROR_FD,
+    EXEC_STATE,
     LENGTH_DIGITS,
     RUN_LINE,
     STATE_FILES,
@@ -70,11 +71,16 @@ EDITOR_STUBS = "\n".join(
 )
 
 
-def _channel() -> tuple[int, int]:
+OUTPUT_BUFFER = 1 << 20  # bash's stdout/stderr send buffer (default 208 KiB; the kernel doubles it)
+
+
+def _channel(send_buffer: int = 0) -> tuple[int, int]:
     """A byte channel (the agent's end, bash's end). A socket, not a pipe: a command cannot reopen
     it through /proc/PID/fd (that gives ENXIO for a socket), so it cannot write lines into bash's
     input, read the agent's output away, or write a status record from outside the shell."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    if send_buffer:
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     return ours.detach(), theirs.detach()
 
 
@@ -102,12 +108,12 @@ class Shell:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
         # A link or a FIFO the model put where bash saves its state would make every save write
         # through it or wait forever (each command then timed out); gone before bash starts.
-        files.remove_unless_regular(self.state_dir, STATE_FILES)
+        files.remove_unless_regular(self.state_dir, (*STATE_FILES, EXEC_STATE))
         status_r, status_w = _channel()
         with socket.socket(fileno=os.dup(status_r)) as sock:  # the kernel tells who wrote each byte
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        out_r, out_w = _channel()
-        err_r, err_w = _channel()
+        out_r, out_w = _channel(OUTPUT_BUFFER)
+        err_r, err_w = _channel(OUTPUT_BUFFER)
         self.control, control_r = _channel()
 
         if restore:

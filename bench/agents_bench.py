@@ -1,0 +1,68 @@
+"""Two or more agents side by side: floods alternating between sandboxes whose images are built from
+different `container/` folders (an older agent from `git archive`, a variant under test), so the
+machine's noise falls on all of them alike.
+
+Run: .venv/bin/python bench/agents_bench.py DIR [DIR ...] [--rounds 8] [--mb 100]
+e.g. git archive HEAD~1 container | tar -x -C /tmp/old, then
+     .venv/bin/python bench/agents_bench.py /tmp/old/container container
+Prints a Markdown table: MB/s (median and range) and the agent's CPU a flood (median; the agent is
+the container's PID 1, read from the host's /proc, all its threads: the disk watchdog's included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from sandshell import config
+from sandshell.sandbox import image
+from sandshell.sandbox.protocol import Output
+from sandshell.sandbox.sandbox import Sandbox
+
+
+def cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("containers", nargs="+", type=Path, help="container/ folders to build images from")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--mb", type=int, default=100)
+    args = ap.parse_args()
+    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
+    rows: dict[Path, list[tuple[float, float]]] = {c: [] for c in args.containers}
+    with contextlib.ExitStack() as stack:
+        boxes = []
+        for folder in args.containers:
+            image.container_dir = lambda folder=folder: folder.resolve()  # type: ignore[attr-defined,misc]
+            workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings))
+            sb.container.reload()
+            boxes.append((folder, sb, psutil.Process(sb.container.attrs["State"]["Pid"])))
+            sb.execute("true")
+        for _ in range(args.rounds):
+            for folder, sb, agent in boxes:
+                before, start = cpu(agent), time.perf_counter()
+                got = sum(len(e.data) for e in sb.stream(command, timeout=300) if isinstance(e, Output))
+                assert got >= args.mb << 20, got
+                rows[folder].append((args.mb / (time.perf_counter() - start), cpu(agent) - before))
+    print(f"({args.rounds} rounds of {args.mb} MB, alternating)")
+    print("| agent from | MB/s, median (range) | agent CPU a flood |")
+    print("|---|---|---|")
+    for folder, got in rows.items():
+        mbs, used = (list(c) for c in zip(*got, strict=True))
+        speed = f"{statistics.median(mbs):.0f} ({min(mbs):.0f}-{max(mbs):.0f})"
+        print(f"| {folder} | {speed} | {statistics.median(used):.2f} s |")
+
+
+if __name__ == "__main__":
+    main()
