@@ -17,7 +17,7 @@ from sandshell.errors import SandboxError
 from sandshell.sandbox import engine
 from sandshell.sandbox.protocol import LIMITS
 from sandshell.sandbox.sandbox import Sandbox
-from sandshell_agent.wrapper import EXEC_STATE, STATE_FILES
+from sandshell_agent.wrapper import CWD_FILE, EXEC_STATE, STATE_FILES
 
 
 def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(sb: Sandbox) -> None:
@@ -171,6 +171,27 @@ def test_links_and_fifos_where_bash_saves_its_state_cost_one_command_at_most(sb:
         assert r.output == "alive\n" and not r.timed_out and not r.restarted, r
     assert sb.execute("test -e /app/through-a-link").return_code == 1
     sb.execute("cd /app")
+
+
+def test_folders_where_bash_saves_its_state_cost_one_command_at_most(sb: Sandbox) -> None:
+    """A folder made in place of each state file: every save failed from then on, and when the
+    shell was replaced, its start said "trap: Is a directory" into the next command's output."""
+    state = "/run/sandshell-agent"
+    names = " ".join(f"{state}/{name}" for name in (*STATE_FILES, EXEC_STATE))
+    r = sb.execute(f"cd /tmp; rm -rf {names}; mkdir {names}; mkdir {state}/state0.sh/inside; kill -9 $$", timeout=3)
+    assert r.restarted and not r.lost, r
+    r = sb.execute("echo alive", timeout=3)
+    assert r.output == "alive\n" and not r.restarted, r
+    r = sb.execute("cd /etc; export SAVED=yes; exit 3", timeout=3)  # saved again, so kept past the restart
+    assert r.return_code == 3, r
+    r = sb.execute("echo $SAVED; pwd", timeout=3)
+    assert r.output == "yes\n/etc\n", r
+    # ... and where a program that replaced the shell leaves its cwd and exports, planted this time
+    sb.execute(f"rm -rf {state}/{EXEC_STATE} {state}/{CWD_FILE}; mkdir {state}/{EXEC_STATE} {state}/{CWD_FILE}")
+    r = sb.execute("cd /usr && export BY_EXEC=yes && exec sleep 0.2", timeout=3)
+    assert r.restarted and r.cwd == "/usr", r
+    assert sb.execute("echo $BY_EXEC").output == "yes\n"
+    sb.execute("unset SAVED BY_EXEC; cd /app")
 
 
 def test_every_byte_of_a_command_reaches_bash_as_sent_in_any_locale(sb: Sandbox) -> None:

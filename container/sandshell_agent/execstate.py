@@ -12,7 +12,7 @@ import re
 import shlex
 import stat
 
-from . import procs
+from . import files, procs
 from .wrapper import CWD_FILE, EXEC_STATE, WHOLE, last_saved
 
 BASH_ARGV = b"/bin/bash\0--noprofile\0--norc\0"  # the agent's own bash: not replaced (a channel closed)
@@ -71,6 +71,7 @@ def keep(pid: int, state_dir: str) -> bool:
     if got is None:
         return False
     cwd, exports = got
+    files.remove_unless_regular(state_dir, (EXEC_STATE, CWD_FILE))  # a link, a FIFO or a folder the model put there
     try:
         _write(os.path.join(state_dir, EXEC_STATE), exports)
         _write(os.path.join(state_dir, CWD_FILE), f"{number}\n{cwd}".encode("utf-8", "surrogateescape"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 import stat
 from typing import Any
 
@@ -70,16 +71,21 @@ def last_line(path: str, limit: int = 128) -> str | None:
 
 
 def remove_unless_regular(folder: str, names: tuple[str, ...]) -> list[str]:
-    """Unlink each of `names` in `folder` that is a link, a FIFO, a socket or a device (never
-    following it); the names removed."""
+    """Remove each of `names` in `folder` that is not a regular file: a link, a FIFO, a socket or a
+    device is unlinked (never followed), a folder removed with what it holds (`shutil.rmtree`
+    works through descriptors and follows no link inside); the names removed."""
     removed = []
     for name in names:
         path = os.path.join(folder, name)
         try:
             mode = os.lstat(path).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(path)
+            elif not stat.S_ISREG(mode):
                 os.unlink(path)
-                removed.append(name)
+            else:
+                continue
+            removed.append(name)
         except OSError:
             continue
     return removed

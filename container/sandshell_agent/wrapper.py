@@ -107,7 +107,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # scripts in turn (see STATE_SCRIPTS), each ending with its number once written whole.
         f"__ss_save() {{ {q}=$(( {q} + 1 ));"
         f" {{ builtin export -p && builtin declare -f && builtin printf '%s %d\\n' '{WHOLE}' \"${q}\"; }}"
-        f" >| {st}/state$(( {q} % 2 )).sh; }} 2>/dev/null",
+        f" >| {st}/state$(( {q} % 2 )).sh; }}",
         # ... and where the shell is, when it ends or is stopped (the traps below).
         f'__ss_end() {{ \\__ss_save; builtin printf "%s\\n%s" "${q}" "$PWD" >| {st}/{CWD_FILE}; }} 2>/dev/null',
         # Read the nonce, the length and the command (encode_command): `read -N` takes it in blocks,
@@ -144,10 +144,10 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f"__ss_arm1() {{ builtin trap -p $1 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
         f" {t}=${{{t}%$'\\n'}}; case ${t} in \"trap -- '\\\\__ss_end\"* | \"trap -- '' \"*) builtin return;; esac;"
         f" {t}=${{{t}#trap -- }}; {t}=${{{t}% *}}; builtin eval \"{t}=${{{t}:-''}}\";"
-        f' builtin trap -- "\\__ss_end${{{t}:+\n${t}}}$2" $1; }} 2>/dev/null',
+        f' builtin trap -- "\\__ss_end${{{t}:+\n${t}}}$2" $1; }}',
         f"__ss_arm() {{ builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {t} < {st}/trap;"
         f" [[ ${t} == \"${e}\" ]] && builtin return; \\__ss_arm1 EXIT ''; \\__ss_arm1 USR2 $'\\nbuiltin exit 143';"
-        f" builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap; }} 2>/dev/null",
+        f" builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap; }}",
         # `$?` at the start of a command is the last command's status, as at a prompt (`make`, then
         # `echo $?`): the run line tests this in an `if`, so errexit and ERR traps never see it.
         f'__ss_rc() {{ builtin return "${{{r}:-0}}"; }}',
@@ -166,7 +166,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the
         # signal without running its EXIT trap, and the state of the command at hand would be lost.
         "builtin trap '\\__ss_end' EXIT; builtin trap '\\__ss_end; builtin exit 143' TERM USR2",
-        f"builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap",
+        f"{{ builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap; }} 2>/dev/null",
     ]
 
 
