@@ -161,12 +161,14 @@ def test_exec_keeps_the_state_the_command_set_before_it(box: Sandbox) -> None:
 def test_a_save_that_fails_midway_keeps_the_state_saved_before(box: Sandbox) -> None:
     """`ulimit -f 0` (or a full state folder) kills bash with SIGXFSZ as it rewrites its state
     after the command: the files were truncated first, so every export and function made since
-    the session began was gone from the new shell, not only those of this command."""
+    the session began was gone from the new shell, not only those of this command. The command's
+    result goes out before the save, so the next result says the shell ended after it."""
     assert box.execute("cd /usr && export KEPT=1 && f_kept() { echo fn; }").return_code == 0
     r = box.execute("ulimit -f 0; export LATER=2")
-    assert r.restarted, r
+    assert r.return_code == 0 and not r.restarted, r
     r = box.execute("echo $KEPT; f_kept; pwd")
     assert r.output == "1\nfn\n/usr\n", r
+    assert "the shell ended after the last command (killed by signal 25)" in (r.notice or ""), r
 
 
 def test_a_closed_stderr_costs_nothing_but_stderr(box: Sandbox) -> None:

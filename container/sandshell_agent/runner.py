@@ -16,6 +16,7 @@ from .wrapper import STOP_SIGNAL
 READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER)
 DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends (a writer left behind goes on)
 FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
+SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
 
 
 class Send(Protocol):
@@ -94,9 +95,13 @@ class Runner:
 
     # -- a command ---------------------------------------------------------------------------
     def run(self, cid: str, command: bytes, timeout: float) -> None:
-        if not self.shell.alive():
-            self.stop_shell()
-            self.start_shell(restore=True)
+        # Bash saves the last command's state after its result went out: nothing new before it is
+        # done, so a shell that hangs there (a FIFO put where it saves) costs no command a timeout.
+        saved = self.shell.status.wait_saved(SAVE_WAIT)
+        if saved == "hung" and self.shell.alive():
+            self._between(f"the shell did not finish saving its state within {SAVE_WAIT:g} s of the last command")
+        elif saved == "ended" or not self.shell.alive():  # (its channel closes as it dies: wait for its end)
+            self._between(self._ended())
         self.cmd = Command(cid, timeout, procs.snapshot(), self.limits)
         self.shell.run(command)
         self.give_input()
@@ -135,8 +140,10 @@ class Runner:
             if self.cmd is not None:
                 self._drain_output()
                 if self.cmd.phase is not None:
-                    # The shell was sent TERM but ended the command first: the trap still pending
-                    # would end it under the next command. Its state is saved; start a fresh one.
+                    # The shell was sent USR2 but ended the command first: the trap still pending
+                    # would end it under the next command. Once its state is saved (or the trap
+                    # has saved it and ended the shell), start a fresh one.
+                    self.shell.status.wait_saved(SAVE_WAIT)
                     self._kill_stopped_tree()
                     self.stop_shell()
                     self.start_shell(restore=True)
@@ -160,11 +167,30 @@ class Runner:
         self._kill_stopped_tree()
         self.stop_shell()
         self.start_shell(restore=True)
-        if self.cmd is not None and self.cmd.phase is not None:
+        if self.cmd is None:  # between commands (in its save, or killed from the background)
+            self._later(self._ended(code))
+        elif self.cmd.phase is not None:
             self._finish(code, restarted=True)  # stopped on purpose: the result says why
         elif self.cmd is not None:
             self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd"
                          if not self.shell.unreachable else "the shell exited; a new one started")  # fmt: skip
+
+    def _ended(self, code: int | None = None) -> str:
+        code = self.shell.exit_code(wait=0.5) if code is None else code
+        how = f"killed by signal {code - 128}" if code is not None and code > 128 else f"exit status {code}"
+        return f"the shell ended after the last command ({how})"
+
+    def _between(self, news: str) -> None:
+        """Replace a shell that ended or hung between commands."""
+        self._kill_stopped_tree()
+        self.stop_shell()
+        self.start_shell(restore=True)
+        self._later(news)
+
+    def _later(self, news: str) -> None:
+        """News of a shell replaced between commands, for the next result."""
+        self.background.append(f"{news}; a new one started with the state saved before")
+        del self.background[:-4]
 
     def _kill_stopped_tree(self) -> None:
         """A command being stopped ended before its kill phases did: what it started and still runs

@@ -7,10 +7,10 @@ import secrets
 import shlex
 import signal
 import socket
-import struct
 import subprocess
 
 from . import files, procs
+from .status import Status, StatusChannel
 from .wrapper import (
     ERROR_FD,
     EXEC_STATE,
@@ -26,9 +26,6 @@ from .wrapper import (
     run_alias,
     saved_cwd,
 )
-
-CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
-STATUS_KEEP = 4096  # bytes of unmatched status data kept while waiting for the real record
 
 NONINTERACTIVE_ENV = {
     "PAGER": "cat",
@@ -100,8 +97,7 @@ class Shell:
         self.status_r = -1
         self.stdout_r = -1
         self.stderr_r = -1
-        self._status_buf = bytearray()
-        self.nonce = b""  # what the running command's status record starts with
+        self.status = StatusChannel(-1, 0)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
@@ -128,7 +124,7 @@ class Shell:
             os.set_blocking(fd, False)
         self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
-        self._status_buf.clear()
+        self.status = StatusChannel(status_r, self.proc.pid)
         prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&- {ERROR_FD}>&2", "set +o history", EDITOR_STUBS]
         if self.file_limit:  # soft and hard, before anything of the model's; without CAP_SYS_RESOURCE it stays
             # (bash's own `ulimit`: the agent may not set another process's limits, the filter says so)
@@ -228,9 +224,10 @@ class Shell:
         into the status channel itself is not taken for the real one. The line is always the same
         and holds no secret (`set -v` echoes it, `set -x` and a DEBUG trap see it).
         """
-        self.nonce = secrets.token_hex(16).encode()
+        nonce = secrets.token_hex(16).encode()
+        self.status.expect(nonce)
         body = encode_command(command)
-        self._send(b"%s%s%0*d%s" % (RUN_LINE, self.nonce, LENGTH_DIGITS, len(body), body))
+        self._send(b"%s%s%0*d%s" % (RUN_LINE, nonce, LENGTH_DIGITS, len(body), body))
 
     def _checked_cwd(self, said: str) -> str:
         """The cwd bash reported if it is where bash really is, else the kernel's path for it."""
@@ -253,48 +250,11 @@ class Shell:
                 self.unsent.clear()
         return True
 
-    def _read_from_bash(self) -> tuple[bytes, bool] | None:
-        """A read of the status channel (b"" at its end) and whether bash itself wrote it; None
-        when nothing is there. A command can copy the channel (`exec 7>&11`: bash holds it on a
-        saved fd around the eval) and give it to a process that reads the next command's nonce
-        off bash's input: the kernel names each writer (SO_PASSCRED), so its record is not bash's."""
-        sock = socket.socket(fileno=self.status_r)
-        try:
-            data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(CRED_SIZE))
-        except BlockingIOError:
+    def read_status(self) -> Status | None:
+        """The running command's status, once bash has written it whole (see status.py); the cwd
+        it says is checked against the kernel's."""
+        status = self.status.read()
+        if status is None:
             return None
-        finally:
-            sock.detach()
-        pids = [
-            struct.unpack("i", cred[:4])[0]
-            for level, kind, cred in ancillary
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(cred) >= CRED_SIZE
-        ]
-        return data, pids == [self.pid]
-
-    def read_status(self) -> tuple[int, str, bool] | None:
-        """Read the status pipe; returns (exit code, cwd, syntax error) once a record is whole."""
-        got = self._read_from_bash()
-        if got is None:
-            return None
-        data, from_bash = got
-        if not data:
-            raise EOFError("the shell closed its status pipe")
-        if not from_bash:
-            return None  # dropped: another process wrote it
-        self._status_buf += data
-        start = self._status_buf.rfind(self.nonce + b"\0") if self.nonce else -1
-        if start < 0:
-            del self._status_buf[: max(0, len(self._status_buf) - STATUS_KEEP)]  # junk written by a command
-            return None
-        parts = bytes(self._status_buf[start:]).split(b"\0")
-        if len(parts) < 5:
-            return None
-        _, rc_raw, cwd_raw, how = parts[:4]
-        self._status_buf.clear()
-        self.nonce = b""
-        self.cwd = self._checked_cwd(cwd_raw.decode(errors="replace"))
-        try:
-            return int(rc_raw), self.cwd, how == b"syntax"
-        except ValueError:
-            return 255, self.cwd, False
+        self.cwd = self._checked_cwd(status.cwd)
+        return status._replace(cwd=self.cwd)

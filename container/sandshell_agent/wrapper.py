@@ -24,7 +24,8 @@ import signal
 
 from . import files
 
-STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command
+STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command, then "nonce NUL done NUL"
+DONE = "done"  # ... once it has saved its state (status.py)
 ERROR_FD = 201  # bash's first stderr, where a syntax error goes: the model may close or move fd 2
 UNRUN = shlex.quote(
     "sandshell: this command did not run: the shell's alias expansion or its alias builtin was turned off;"
@@ -33,6 +34,7 @@ UNRUN = shlex.quote(
 STOP_SIGNAL = signal.SIGUSR2  # the agent's "end this command line" to bash (see the traps below)
 NONCE_CHARS = 32  # the nonce's hex digits, ahead of the command on bash's input
 LENGTH_DIGITS = 10  # then the length of the command as sent (encode_command), in bytes
+DIGITS = "[0123456789]" * LENGTH_DIGITS  # the length's pattern: a glob (a regex is compiled on every use: 40 µs)
 NOT_ASCII = re.compile(rb"[\x80-\xff]")
 # An explicit read timeout, so the model's `TMOUT` (read's default one) cannot cut a command short.
 READ_SECONDS = 99999999
@@ -118,11 +120,11 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # shell: what is left of the command on bash's input must never run as lines of its own.
         # Defining a function parses the whole command without running any of it, so a syntax error
         # (an unterminated quote or heredoc) is reported and nothing half-runs.
-        f"__ss_get() {{ builtin local -; builtin set +xveuE; builtin local TMOUT 2>/dev/null;"
-        f" builtin unset -v TMOUT 2>/dev/null || :; {m}=(); [[ ${{TMOUT+x}} ]] && {m}=(-t {READ_SECONDS});"
+        f"__ss_get() {{ builtin local TMOUT; builtin unset -v TMOUT || :;"
+        f" {m}=(); [[ ${{TMOUT+x}} ]] && {m}=(-t {READ_SECONDS});"
         f' IFS= builtin read -r "${{{m}[@]}}" -N {NONCE_CHARS + LENGTH_DIGITS} {c} || builtin exit 2;'
         f" {n}=${{{c}:0:{NONCE_CHARS}}}; {z}=${{{c}:{NONCE_CHARS}}};"
-        f" [[ ${z} =~ ^[0-9]{{{LENGTH_DIGITS}}}$ ]] || builtin exit 2; {z}=$(( 10#${z} ));"
+        f" [[ ${z} == {DIGITS} ]] || builtin exit 2; {z}=$(( 10#${z} ));"
         f' IFS= builtin read -r "${{{m}[@]}}" -N ${z} {c}; [[ ${{#{c}}} == "${z}" ]] || builtin exit 2;'
         f' builtin printf -v {c} %b "${c}"; }}',
         f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran; {k}= || builtin exit 2; \\__ss_get;"
@@ -151,16 +153,18 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # `$?` at the start of a command is the last command's status, as at a prompt (`make`, then
         # `echo $?`): the run line tests this in an `if`, so errexit and ERR traps never see it.
         f'__ss_rc() {{ builtin return "${{{r}:-0}}"; }}',
-        # After each command: the traps and the run line's alias put back, the state saved, the status.
-        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=${{{k}:-$1}}; \\__ss_arm;"
-        f" {alias}; \\__ss_save;"
-        f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "${{{k}:-$1}}" "$PWD" "${h}" >&{STATUS_FD}; }}',
+        # After each command: its status at once; then the traps and the run line's alias put back,
+        # the state saved, and word that the save is done (status.py).
+        f"__ss_out() {{ builtin local -; builtin set +xveuE; {r}=${{{k}:-$1}};"
+        f' builtin printf \'%s\\0%s\\0%s\\0%s\\0\' "${n}" "${r}" "$PWD" "${h}" >&{STATUS_FD};'
+        f" \\__ss_arm; {alias}; \\__ss_save; builtin printf '%s\\0{DONE}\\0' \"${n}\" >&{STATUS_FD}; }}",
         # Should the alias not be expanded (the model disabled `shopt` or `alias` itself), its name
         # runs this instead: the command is taken off bash's input unrun, said so, and the shell ends
         # (the agent starts a new one, which has the alias again).
-        f"{RUN_NAME}() {{ \\__ss_get; builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }}",
-        "builtin readonly -f __ss_get __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc __ss_out"
-        f" {RUN_NAME}",
+        f"{RUN_NAME}() {{ builtin local -; builtin set +xveuE; \\__ss_get;"
+        f" builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }} 2>/dev/null",
+        "builtin readonly -f __ss_get __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc"
+        f" __ss_out {RUN_NAME}",
         # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
         # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
         # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the

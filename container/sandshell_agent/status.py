@@ -1,0 +1,126 @@
+"""Bash's status channel: a command's status record, then word that its state is saved.
+
+After each command bash writes `nonce NUL rc NUL cwd NUL how NUL` at once, and only then puts
+the traps back and saves its state (the scripts a replacement shell starts from), ending with
+`nonce NUL done NUL`. The result reaches the host while bash saves; the agent gives bash no
+other command (and kills it for no restart) before the save is said done, so the state a new
+shell starts from is always that of the last command that ended.
+
+Bytes count only when the kernel says bash itself wrote them (SO_PASSCRED): a command can copy
+the channel (`exec 7>&11`: bash holds it on a saved fd around the eval) and hand it to a process
+that reads the next nonce off bash's input; and a record counts only with the running command's
+nonce, so what a command writes itself cannot be taken for another command's status.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import time
+from typing import NamedTuple
+
+from . import wrapper
+
+DONE = wrapper.DONE.encode()
+
+CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
+KEEP = 4096  # bytes of unmatched data kept while waiting for the real record
+
+
+class Status(NamedTuple):
+    code: int
+    cwd: str
+    syntax_error: bool
+
+
+class StatusChannel:
+    """The agent's end of one shell's status channel (non-blocking)."""
+
+    def __init__(self, fd: int, pid: int) -> None:
+        self.fd, self.pid = fd, pid
+        self.buf = bytearray()
+        self.nonce = b""  # the running command's: its status record starts with it
+        self.saving = b""  # the last command's, until bash says its state is saved
+
+    def expect(self, nonce: bytes) -> None:
+        self.nonce, self.saving = nonce, b""
+        self.buf.clear()
+
+    def read(self) -> Status | None:
+        """Take what bash wrote; the running command's status once its record is whole. EOFError
+        when the channel closed (bash ended, or replaced itself with another program)."""
+        got = self._read_from_bash()
+        if got is None:
+            return None
+        data, from_bash = got
+        if not data:
+            raise EOFError("the shell closed its status channel")
+        if not from_bash:
+            return None  # dropped: another process wrote it
+        self.buf += data
+        if self.nonce:
+            return self._status()
+        self._saved()
+        return None
+
+    def _status(self) -> Status | None:
+        """The last record with the nonce that has a status's four fields (bash's own comes last;
+        its word that the save is done may follow it in the same read)."""
+        end = len(self.buf)
+        while (start := self.buf.rfind(self.nonce + b"\0", 0, end)) >= 0:
+            parts = bytes(self.buf[start:]).split(b"\0", 4)
+            if len(parts) < 3 or parts[1] != DONE:
+                break  # a status record (or the start of one: wait for the rest)
+            end = start  # bash's word that an earlier save is done: look before it
+        else:
+            del self.buf[: max(0, len(self.buf) - KEEP)]  # junk written by a command
+            return None
+        if len(parts) < 5:
+            return None
+        _, rc_raw, cwd_raw, how, rest = parts
+        self.buf[:] = rest
+        self.saving, self.nonce = self.nonce, b""
+        self._saved()
+        try:
+            code = int(rc_raw)
+        except ValueError:
+            code = 255
+        return Status(code, cwd_raw.decode(errors="replace"), how == b"syntax")
+
+    def _saved(self) -> None:
+        if self.saving and self.saving + b"\0" + DONE + b"\0" in self.buf:
+            self.saving = b""
+            self.buf.clear()
+        else:
+            del self.buf[: max(0, len(self.buf) - KEEP)]
+
+    def wait_saved(self, seconds: float) -> str:
+        """Wait (bounded) until bash says the last command's state is saved: "saved" (at once if it
+        was), "hung" (it is still at it: the caller replaces it), or "ended" (the channel closed)."""
+        deadline = time.monotonic() + seconds
+        while self.saving:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return "hung"
+            try:
+                self.read()
+            except (EOFError, OSError):
+                return "ended"
+        return "saved"
+
+    def _read_from_bash(self) -> tuple[bytes, bool] | None:
+        """A read (b"" at the channel's end) and whether bash itself wrote it; None when nothing is there."""
+        sock = socket.socket(fileno=self.fd)
+        try:
+            data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(CRED_SIZE))
+        except BlockingIOError:
+            return None
+        finally:
+            sock.detach()
+        pids = [
+            struct.unpack("i", cred[:4])[0]
+            for level, kind, cred in ancillary
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(cred) >= CRED_SIZE
+        ]
+        return data, pids == [self.pid]

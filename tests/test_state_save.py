@@ -1,0 +1,62 @@
+"""Bash saves the state a new shell starts from after each command's result has gone out; attacked
+from inside: the save made to hang, the shell killed in it, and a timed-out command whose shell
+finished first. Each costs at most a notice on the next result, never a command's run or state."""
+
+from __future__ import annotations
+
+import time
+
+from sandshell.sandbox.sandbox import Sandbox
+from sandshell_agent.runner import SAVE_WAIT
+
+STATE = "/run/sandshell-agent"
+
+
+def test_a_save_that_hangs_costs_the_next_command_a_notice_not_its_run(sb: Sandbox) -> None:
+    """A FIFO where the next save goes (the older of the two state scripts): it blocks there forever."""
+    sb.execute("cd /tmp && export KEPT=before")
+    older = f"cd {STATE}; if [ state0.sh -nt state1.sh ]; then f=state1.sh; else f=state0.sh; fi; rm -f $f; mkfifo $f"
+    r = sb.execute(f"({older}); export LOST=yes; echo planted", timeout=3)
+    assert r.output == "planted\n" and r.return_code == 0 and not r.restarted, r  # its result came first
+    start = time.monotonic()
+    r = sb.execute("echo ran; echo $KEPT $LOST; pwd", timeout=3)
+    assert r.output == "ran\nbefore\n/tmp\n" and not r.timed_out, r  # the state from before the hung save
+    assert r.notice and f"did not finish saving its state within {SAVE_WAIT:g} s" in r.notice, r
+    assert time.monotonic() - start < SAVE_WAIT + 2
+    r = sb.execute("echo again", timeout=3)
+    assert r.output == "again\n" and not r.notice, r
+    sb.execute("unset KEPT; cd /app")
+
+
+def test_a_shell_killed_in_its_save_is_said_on_the_next_result(sb: Sandbox) -> None:
+    """`ulimit -f 0`: writing the state script kills bash (SIGXFSZ) after the command's result."""
+    sb.execute("cd /tmp && export KEPT=before")
+    r = sb.execute("ulimit -f 0; export LOST=yes; echo limited", timeout=3)
+    assert r.output == "limited\n" and r.return_code == 0, r
+    r = sb.execute("echo $KEPT $LOST; pwd; ulimit -f", timeout=3)
+    assert r.output.startswith("before\n/tmp\n") and not r.output.endswith("\n0\n"), r
+    assert r.notice and "the shell ended after the last command (killed by signal 25)" in r.notice, r
+    sb.execute("unset KEPT; cd /app")
+
+
+def test_the_next_command_waits_for_the_save_so_a_killed_shell_keeps_every_change(sb: Sandbox) -> None:
+    """The host sends the next command as soon as it has the result; bash saves before it reads it."""
+    for i in range(20):
+        sb.execute(f"cd /usr && export ROUND={i} && f{i}() {{ echo {i}; }}")
+        r = sb.execute("kill -9 $$", timeout=3)
+        assert r.restarted, r
+        r = sb.execute(f"echo $ROUND; pwd; f{i}", timeout=3)
+        assert r.output == f"{i}\n/usr\n{i}\n", (i, r)
+    sb.execute("unset ROUND; cd /app")
+
+
+def test_a_timed_out_command_whose_shell_ended_it_first_keeps_its_state(sb: Sandbox) -> None:
+    """The model's USR2 trap swallows the agent's signal and the command ends as its child is killed:
+    the shell is replaced once it has saved its state, so the command's changes are kept (a big
+    function makes the save take a while: killed at once, the shell lost them)."""
+    big = "eval \"big() { : $(head -c 20M /dev/zero | tr '\\0' x); }\""
+    r = sb.execute(f"trap 'echo caught' USR2; cd /etc; export MINE=1; {big}; sleep 3", timeout=2)
+    assert r.timed_out and "caught" in r.output, r
+    r = sb.execute("echo $MINE; pwd; declare -f big | wc -c", timeout=3)
+    assert r.output == f"1\n/etc\n{(20 << 20) + 20}\n", r
+    sb.execute("trap - USR2; unset MINE; unset -f big; cd /app")
