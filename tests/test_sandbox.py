@@ -118,6 +118,19 @@ def test_a_syntax_error_runs_nothing(sb: Sandbox) -> None:
     assert sb.execute("test -e /tmp/marker").return_code == 1
 
 
+STRAY = ["}; touch /tmp/marker; {\n:", "echo a\n}\ntouch /tmp/marker\n{\n:", "); touch /tmp/marker; ("]
+
+
+@pytest.mark.parametrize("command", STRAY)
+def test_a_stray_closing_bracket_runs_nothing_in_the_syntax_check(sb: Sandbox, command: str) -> None:
+    """The check once defined the command as a function's body: a `}` ended the body early, and what
+    followed ran during the check (then the command ran again, and no syntax error was said)."""
+    sb.execute("rm -f /tmp/marker")
+    r = sb.execute(command)
+    assert r.syntax_error and r.return_code == 2 and "syntax error" in r.output and "a\n" not in r.output, r
+    assert sb.execute("test -e /tmp/marker").return_code == 1
+
+
 # Commands a timeout must stop: whole process trees (background, setsid, TERM-ignoring children,
 # exec) and whole command lines (loops, functions, pipelines, subshells, a TERM-ignoring shell).
 TIMED_OUT = [

@@ -118,8 +118,8 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # a readonly one gets a timeout of the wrapper's instead, so it cannot cut a command short.
         # A read that fails or comes short (a builtin disabled, a variable in the way) ends the
         # shell: what is left of the command on bash's input must never run as lines of its own.
-        # Defining a function parses the whole command without running any of it, so a syntax error
-        # (an unterminated quote or heredoc) is reported and nothing half-runs.
+        # Then the whole command is parsed before any of it runs, so a syntax error (an unterminated
+        # quote or heredoc) is reported and nothing half-runs.
         f"__ss_get() {{ builtin local TMOUT; builtin unset -v TMOUT || :;"
         f" {m}=(); [[ ${{TMOUT+x}} ]] && {m}=(-t {READ_SECONDS});"
         f' IFS= builtin read -r "${{{m}[@]}}" -N {NONCE_CHARS + LENGTH_DIGITS} {c} || builtin exit 2;'
@@ -127,9 +127,14 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f" [[ ${z} == {DIGITS} ]] || builtin exit 2; {z}=$(( 10#${z} ));"
         f' IFS= builtin read -r "${{{m}[@]}}" -N ${z} {c}; [[ ${{#{c}}} == "${z}" ]] || builtin exit 2;'
         f' builtin printf -v {c} %b "${c}"; }}',
+        # The syntax check: the command is evaluated under `set -n`, which parses every line and runs
+        # none (a check that defined it as a function's body ran whatever followed a stray `}`, and
+        # the command then ran again); `local -` turns it off again as the function returns. (The
+        # text is parsed where the model's aliases apply, hence `\builtin`.)
+        f"__ss_parse() {{ builtin local -;"
+        f' builtin eval "\\\\builtin set -n; [[ \\$- == *n* ]] || \\\\builtin exit 2\n${c}" 2>&3; }}',
         f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran; {k}= || builtin exit 2; \\__ss_get;"
-        f' if builtin eval "__ss_syntax_{tag}() {{\n:\n${c}\n}}" </dev/null 2>&3;'
-        f" then builtin unset -f __ss_syntax_{tag};"
+        f" if \\__ss_parse; then"
         f" {c}+=$'\\n{{ \\\\__ss_keep $? \"$_\"; }} 2>/dev/null'; return 0; fi;"
         f" {h}=syntax; return 2; }}",
         # The command's status, kept by the line the wrapper adds after it: the eval then ends with
@@ -163,7 +168,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # (the agent starts a new one, which has the alias again).
         f"{RUN_NAME}() {{ builtin local -; builtin set +xveuE; \\__ss_get;"
         f" builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }} 2>/dev/null",
-        "builtin readonly -f __ss_get __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc"
+        "builtin readonly -f __ss_get __ss_parse __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc"
         f" __ss_out {RUN_NAME}",
         # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
         # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
