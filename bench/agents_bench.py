@@ -1,12 +1,14 @@
-"""Two or more agents side by side: floods alternating between sandboxes whose images are built from
-different `container/` folders (an older agent from `git archive`, a variant under test), so the
-machine's noise falls on all of them alike.
+"""Two or more agents side by side: floods (or `true` round trips) alternating between sandboxes whose
+images are built from different `container/` folders (an older agent from `git archive`, a variant
+under test), so the machine's noise falls on all of them alike.
 
-Run: .venv/bin/python bench/agents_bench.py DIR [DIR ...] [--rounds 8] [--mb 100]
+Run: .venv/bin/python bench/agents_bench.py DIR [DIR ...] [--rounds 8] [--mb 100] [--commands N]
 e.g. git archive HEAD~1 container | tar -x -C /tmp/old, then
      .venv/bin/python bench/agents_bench.py /tmp/old/container container
 Prints a Markdown table: MB/s (median and range) and the agent's CPU a flood (median; the agent is
 the container's PID 1, read from the host's /proc, all its threads: the disk watchdog's included).
+With --commands N: each round runs N `true`s in each sandbox, and the table gives the median round
+trip (its range over the rounds' medians) and the agent's and bash's CPU a command.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def main() -> None:
     ap.add_argument("containers", nargs="+", type=Path, help="container/ folders to build images from")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--mb", type=int, default=100)
+    ap.add_argument("--commands", type=int, default=0, help="round trips of `true` a round instead of floods")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
     command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
@@ -49,6 +52,9 @@ def main() -> None:
             sb.container.reload()
             boxes.append((folder, sb, psutil.Process(sb.container.attrs["State"]["Pid"])))
             sb.execute("true")
+        if args.commands:
+            round_trips(boxes, args.rounds, args.commands)
+            return
         for _ in range(args.rounds):
             for folder, sb, agent in boxes:
                 before, start = cpu(agent), time.perf_counter()
@@ -62,6 +68,29 @@ def main() -> None:
         mbs, used = (list(c) for c in zip(*got, strict=True))
         speed = f"{statistics.median(mbs):.0f} ({min(mbs):.0f}-{max(mbs):.0f})"
         print(f"| {folder} | {speed} | {statistics.median(used):.2f} s |")
+
+
+def round_trips(boxes: list[tuple[Path, Sandbox, psutil.Process]], rounds: int, commands: int) -> None:
+    rows: dict[Path, list[tuple[float, float, float]]] = {folder: [] for folder, _, _ in boxes}
+    for _ in range(rounds):
+        for folder, sb, agent in boxes:
+            bash = next(c for c in agent.children() if c.name() == "bash")
+            before, times = (cpu(agent), cpu(bash)), []
+            for _ in range(commands):
+                start = time.perf_counter()
+                sb.execute("true")
+                times.append(time.perf_counter() - start)
+            rows[folder].append((statistics.median(times), (cpu(agent) - before[0]) / commands,
+                                 (cpu(bash) - before[1]) / commands))  # fmt: skip
+    print(f"({rounds} rounds of {commands} `true`s, alternating)")
+    print("| agent from | round trip, median (range of the rounds') | agent CPU a command | bash CPU a command |")
+    print("|---|---|---|---|")
+    for folder, got in rows.items():
+        med, agent_cpu, bash_cpu = (list(c) for c in zip(*got, strict=True))
+        print(
+            f"| {folder} | {statistics.median(med) * 1e3:.3f} ms ({min(med) * 1e3:.3f}-{max(med) * 1e3:.3f}) "
+            f"| {statistics.median(agent_cpu) * 1e3:.3f} ms | {statistics.median(bash_cpu) * 1e3:.3f} ms |"
+        )
 
 
 if __name__ == "__main__":

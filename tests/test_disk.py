@@ -50,6 +50,14 @@ def used(folder: Path) -> int:
     return sum(p.lstat().st_blocks * 512 for p in folder.rglob("*"))
 
 
+def _read(fdinfo: Path) -> str:
+    """A descriptor's fdinfo, or nothing if the agent closed it meanwhile (a listing of /proc, say)."""
+    try:
+        return fdinfo.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def stopped_quickly(sb: Sandbox, ws: Path, command: str, setting: str, whole_line: bool = True) -> str:
     """Run a command that writes too much; check it ended fast, said why, and cost the host little."""
     before = free(ws)
@@ -143,7 +151,7 @@ def test_the_watchdog_hears_of_changes_from_the_kernel(box: tuple[Sandbox, Path]
     fdinfo = Path(f"/proc/{sb.container.attrs['State']['Pid']}/fdinfo")  # the agent is the container's PID 1
 
     def unwatched() -> list[Path]:
-        lines = [line for f in fdinfo.iterdir() for line in f.read_text().splitlines() if "inotify wd:" in line]
+        lines = [line for f in fdinfo.iterdir() for line in _read(f).splitlines() if "inotify wd:" in line]
         return [p for p in folders if not any(f" ino:{p.stat().st_ino:x} " in line for line in lines)]
 
     deadline = time.monotonic() + 10
@@ -168,7 +176,7 @@ def test_more_folders_than_its_share_of_watches_neither_exhaust_the_host_nor_hid
     def workspace_watches() -> set[str]:
         """The inodes (hex) the workspace's inotify descriptor watches."""
         for f in fdinfo.iterdir():
-            inodes = set(re.findall(r"inotify wd:\S+ ino:(\w+) ", f.read_text()))
+            inodes = set(re.findall(r"inotify wd:\S+ ino:(\w+) ", _read(f)))
             if app in inodes:
                 return inodes
         return set()

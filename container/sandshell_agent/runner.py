@@ -46,6 +46,7 @@ class Runner:
         self.owner = owner
         self.user, self.host = who
         self.cmd: Command | None = None
+        self.before: set[int] = set()  # the pids alive before the next command
         self.closed_fds: set[int] = set()
         self.replaced = False
         self.notice: str | None = None  # news about the running command (a watchdog's)
@@ -64,6 +65,7 @@ class Runner:
         self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
         self.watch_output(True)
         self.give_input()
+        self.before = procs.snapshot()
 
     def give_input(self) -> None:
         """Write bash's pending input; while it does not take it all, wait for it in the loop."""
@@ -102,7 +104,7 @@ class Runner:
             self._between(f"the shell did not finish saving its state within {SAVE_WAIT:g} s of the last command")
         elif saved == "ended" or not self.shell.alive():  # (its channel closes as it dies: wait for its end)
             self._between(self._ended())
-        self.cmd = Command(cid, timeout, procs.snapshot(), self.limits)
+        self.cmd = Command(cid, timeout, self.before, self.limits)
         self.shell.run(command)
         self.give_input()
 
@@ -284,3 +286,6 @@ class Runner:
         if notices:
             extra["notice"] = "; ".join(notices)
         self.send(cmd.result(code, self.shell.cwd, self.user, self.host, **extra))
+        # What runs now is not the next command's: taken here, while the host reads the result (a
+        # background job's later children are still spared, their parent being in it).
+        self.before = procs.snapshot()
