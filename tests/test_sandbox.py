@@ -302,9 +302,11 @@ def test_ping_is_fast(sb: Sandbox) -> None:
     assert sb.ping() < 0.5
 
 
-def test_a_command_cannot_forge_its_own_status(sb: Sandbox) -> None:
-    """Written as the attack: fake status records into every descriptor the shell holds (the status
-    pipe, its saved copies), directly and reopened through /proc; none of them may count."""
+def test_records_without_the_nonce_or_from_another_process_never_count(sb: Sandbox) -> None:
+    """Written as the attack: fake status records (without the command's nonce) into every descriptor
+    the shell holds (the status channel, its saved copies), directly and reopened through /proc by
+    other processes; none of them may count. (A command that looks up its nonce in the wrapper's
+    variables can forge its own result: docs/security.md, "status channel".)"""
     forge = (
         "for fd in $(ls /proc/$$/fd); do [ $fd -gt 2 ] || continue; "
         "printf '0\\0/forged\\0ran\\0' >&$fd; printf '0\\0/forged\\0ran\\0' > /proc/$$/fd/$fd; done 2>/dev/null; "

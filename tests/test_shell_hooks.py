@@ -120,3 +120,33 @@ def test_a_lying_pwd_does_not_move_the_prompt(box: Sandbox) -> None:
     assert r.cwd == "/run", r
     r = box.execute("cd /var/run")  # a link is kept as the shell names it
     assert r.cwd == "/var/run", r
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "alias '[['=': <<__X' builtin=': <<__X' set=': <<__X' eval=': <<__X'",  # swallow what follows
+        "enable -n set exit",  # the check's `set -n` and a fallback `exit` fail
+        "enable -n eval",
+    ],
+)
+def test_what_the_model_leaves_cannot_make_the_syntax_check_run_a_command(box: Sandbox, plant: str) -> None:
+    """The check evaluates the command under `set -n`; its text is parsed where the model's aliases
+    apply, and `set` may be disabled: a command with a syntax error must still run none of it, and a
+    good one must run once (an alias on `[[` let the first run up to its error; `enable -n set exit`
+    ran every command twice)."""
+    assert box.execute(plant).return_code == 0
+    bad = box.execute("echo BAD >> /tmp/marker\n(")
+    assert bad.syntax_error and not bad.restarted, bad
+    box.execute("echo ONCE >> /tmp/marker")
+    assert box.execute("cat /tmp/marker").output == "ONCE\n"
+
+
+def test_builtins_the_check_needs_disabled_for_good_cost_one_command(box: Sandbox) -> None:
+    """`enable` disabled too: `set` cannot be enabled again, so the command does not run, the result
+    says why, and the next command runs in a new shell with the state kept."""
+    assert box.execute("cd /usr && export KEPT=1 && enable -n enable set").return_code == 0
+    r = box.execute("touch /tmp/ran")
+    assert r.return_code is None and r.restarted and "`set` or `eval` builtin was disabled" in (r.error or ""), r
+    r = box.execute("test -e /tmp/ran || echo not-run; echo $KEPT; pwd")
+    assert r.output == "not-run\n1\n/usr\n" and not r.restarted, r

@@ -17,6 +17,10 @@ READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER
 DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends (a writer left behind goes on)
 FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
 SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
+BROKEN = (
+    "the command did not run: the shell's `set` or `eval` builtin was disabled (enable -n) and could not be"
+    " enabled again; a new shell started with the state saved before"
+)
 
 
 class Send(Protocol):
@@ -141,15 +145,19 @@ class Runner:
         if status is not None:
             if self.cmd is not None:
                 self._drain_output()
-                if self.cmd.phase is not None:
-                    # The shell was sent USR2 but ended the command first: the trap still pending
-                    # would end it under the next command. Once its state is saved (or the trap
-                    # has saved it and ended the shell), start a fresh one.
+                restart = status.broken or self.cmd.phase is not None
+                if restart:
+                    # The shell was sent USR2 but ended the command first (the trap still pending
+                    # would end it under the next command), or the builtins the wrapper needs are
+                    # gone for good: once its state is saved (or the trap has saved it and ended
+                    # the shell), a fresh one.
                     self.shell.status.wait_saved(SAVE_WAIT)
                     self._kill_stopped_tree()
                     self.stop_shell()
                     self.start_shell(restore=True)
-                self._finish(status[0], syntax_error=status[2], restarted=self.cmd.phase is not None)
+                code = None if status.broken else status.code
+                self._finish(code, syntax_error=status.syntax_error, restarted=restart,
+                             **({"error": BROKEN} if status.broken else {}))  # fmt: skip
             return
         if not dead:
             return

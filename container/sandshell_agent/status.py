@@ -23,6 +23,7 @@ from typing import NamedTuple
 from . import wrapper
 
 DONE = wrapper.DONE.encode()
+BROKEN = wrapper.BROKEN.encode()
 
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 KEEP = 4096  # bytes of unmatched data kept while waiting for the real record
@@ -32,6 +33,7 @@ class Status(NamedTuple):
     code: int
     cwd: str
     syntax_error: bool
+    broken: bool = False  # it did not run: the builtins the wrapper needs are disabled for good
 
 
 class StatusChannel:
@@ -86,7 +88,7 @@ class StatusChannel:
             code = int(rc_raw)
         except ValueError:
             code = 255
-        return Status(code, cwd_raw.decode(errors="replace"), how == b"syntax")
+        return Status(code, cwd_raw.decode(errors="replace"), how == b"syntax", how == BROKEN)
 
     def _saved(self) -> None:
         if self.saving and self.saving + b"\0" + DONE + b"\0" in self.buf:

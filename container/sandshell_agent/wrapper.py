@@ -26,6 +26,7 @@ from . import files
 
 STATUS_FD = 200  # bash writes "nonce NUL rc NUL cwd NUL how NUL" here after each command, then "nonce NUL done NUL"
 DONE = "done"  # ... once it has saved its state (status.py)
+BROKEN = "broken"  # the "how" of a command that did not run: the builtins the wrapper needs are disabled
 ERROR_FD = 201  # bash's first stderr, where a syntax error goes: the model may close or move fd 2
 UNRUN = shlex.quote(
     "sandshell: this command did not run: the shell's alias expansion or its alias builtin was turned off;"
@@ -129,14 +130,16 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f' builtin printf -v {c} %b "${c}"; }}',
         # The syntax check: the command is evaluated under `set -n`, which parses every line and runs
         # none (a check that defined it as a function's body ran whatever followed a stray `}`, and
-        # the command then ran again); `local -` turns it off again as the function returns. (The
-        # text is parsed where the model's aliases apply, hence `\builtin`.)
-        f"__ss_parse() {{ builtin local -;"
-        f' builtin eval "\\\\builtin set -n; [[ \\$- == *n* ]] || \\\\builtin exit 2\n${c}" 2>&3; }}',
+        # the command then ran again); `local -` turns it off again as the function returns. The
+        # text is parsed where the model's aliases apply, so it holds no word but `\builtin`; and
+        # `set` must work before it is evaluated at all (the model may have disabled it, or `eval`:
+        # they are enabled again, and if that fails the command does not run and the shell is
+        # replaced). Its status: 0 parsed, 2 a syntax error, 1 `set` or `eval` unusable.
+        f"__ss_parse() {{ builtin local -; {{ builtin set +n && builtin eval :; }} || builtin enable set eval;"
+        f' if builtin set +n; then builtin eval "\\\\builtin set -n\n${c}" 2>&3; else [[ -z x ]]; fi; }}',
         f"__ss_in() {{ builtin local -; builtin set +xveuE; {h}=ran; {k}= || builtin exit 2; \\__ss_get;"
-        f" if \\__ss_parse; then"
-        f" {c}+=$'\\n{{ \\\\__ss_keep $? \"$_\"; }} 2>/dev/null'; return 0; fi;"
-        f" {h}=syntax; return 2; }}",
+        f" \\__ss_parse; case $? in 0) {c}+=$'\\n{{ \\\\__ss_keep $? \"$_\"; }} 2>/dev/null'; return 0;;"
+        f" 2) {h}=syntax;; *) {h}={BROKEN};; esac; return 2; }}",
         # The command's status, kept by the line the wrapper adds after it: the eval then ends with
         # status 0, so errexit and an ERR trap see the command's own failures only, never the
         # eval's (`set -e; [ -d x ] && ...` ended the shell; each failure fired an ERR trap twice).
