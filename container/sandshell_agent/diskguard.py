@@ -28,7 +28,9 @@ IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
 FULL_BUSY_EVERY = 2.0  # seconds between full measures (growth of files that already existed)
 FULL_IDLE_EVERY = 2.0  # a `chmod 4755` leaves its folder's mtime alone: only a full measure sees it
 FULL_IDLE_WATCHED = 10.0  # ... unless inotify watches every folder: it reports chmods and writes
-FULL_AFTER_EVERY = 1.0  # as a command ends, a full measure unless one was this recent (commands in a tight loop)
+# As a command ends, a full measure, unless one was this recent (commands in a tight loop) or inotify
+# watches every folder (then only a write through mmap escapes it, for the next scheduled measure).
+FULL_AFTER_EVERY = 1.0
 SETID = stat.S_ISUID | stat.S_ISGID
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp", "/run")
@@ -238,24 +240,28 @@ class DiskGuard:
 
     def _watch(self, a: Area) -> None:
         """One thread an area, on its own clocks: a quick measure (changed folders only) every 50 ms
-        while a command runs, a full one every 2 s and as each command ends (unless one was made in
-        the last second); neither more often than ten times what it takes. Idle, when inotify
-        watches every folder, a quick measure still every 50 ms (it costs nothing until something
-        changes) and a full one every 10 s; when it does not, a quick one every 0.5 s and a full
-        one every 2 s (a file made set-uid leaves no trace in its folder's mtime: only a full
-        measure sees it)."""
+        while a command runs, and a full one for every 2 s it has run (a short command needs none:
+        in a loop of quick ones a full measure every 2 s was most of the agent's CPU); as a command
+        ends, a full one too, unless one was made in the last second or inotify watches every
+        folder; never more often than ten times what a measure takes. Idle, when inotify watches
+        every folder, a quick measure still every 50 ms (it costs nothing until something changes)
+        and a full one every 10 s; when it does not, a quick one every 0.5 s and a full one every
+        2 s (a file made set-uid leaves no trace in its folder's mtime: only a full measure sees it)."""
         quick = full = 0.0
-        last_quick = last_full = float("-inf")
+        last_quick = last_full = busy_since = float("-inf")
         was_busy = False
         while True:
             busy = self.busy.is_set()
             now = time.monotonic()
+            if busy and not was_busy:
+                busy_since = now
             ended, was_busy = was_busy and not busy, busy  # a command just ended: measure it all now
             try:
                 since = now - last_full
                 idle_every = FULL_IDLE_WATCHED if a.tree.complete else FULL_IDLE_EVERY
-                every = FULL_BUSY_EVERY if busy else idle_every
-                if since >= full * 10 and (since >= every or (ended and since >= FULL_AFTER_EVERY)):
+                due = now - max(last_full, busy_since) >= FULL_BUSY_EVERY if busy else since >= idle_every
+                after = ended and since >= FULL_AFTER_EVERY and not a.tree.complete
+                if since >= full * 10 and (due or after):
                     full, last_full = self.check(a, full=True), now
                     quick, last_quick = full / 4, now
                 elif now - last_quick >= max(BUSY_EVERY if busy or a.tree.complete else IDLE_EVERY, quick * 10):
