@@ -9,7 +9,8 @@ shell starts from is always that of the last command that ended.
 Bytes count only when the kernel says bash itself wrote them (SO_PASSCRED): a command can copy
 the channel (`exec 7>&11`: bash holds it on a saved fd around the eval) and hand it to a process
 that reads the next nonce off bash's input; and a record counts only with the running command's
-nonce, so what a command writes itself cannot be taken for another command's status.
+nonce, so results never shift by one. What bash itself writes cannot be told apart, and a command
+runs inside bash: one that looks up its nonce can end its own result early (docs/security.md).
 """
 
 from __future__ import annotations
