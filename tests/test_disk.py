@@ -221,6 +221,40 @@ def test_a_writer_through_mmap_is_stopped_while_it_runs(box: tuple[Sandbox, Path
     sb.execute("rm -rf /app/mm /tmp/mm.py")
 
 
+# Found by an attacker's review of the watchdog: disk the areas' folders did not show.
+HIDDEN = {
+    "files under /run (the container's own layer, once skipped as a mount)": (
+        "for i in 1 2 3 4 5 6; do head -c 20000000 /dev/zero > /run/big$i; sleep 0.2; done",
+        "rm -f /run/big*",
+    ),
+    "folders' own blocks (60,000 empty folders)": (  # 4 KiB each, slowly enough for a margin of 40 MB
+        "python3 -c 'import os, time\nfor i in range(60000): os.mkdir(f\"/app/d/{i}\"); i % 500 or time.sleep(0.05)'",
+        "rm -rf /app/d",
+    ),
+    "the engine's binds of /etc/hosts and the like": (
+        "cp /etc/hosts /etc/hostname /etc/resolv.conf /tmp/; for i in 1 2 3 4 5 6; do for f in /etc/hosts"
+        " /etc/hostname /etc/resolv.conf; do head -c 4000000 /dev/zero >> $f; done; sleep 0.2; done",
+        "for f in hosts hostname resolv.conf; do cat /tmp/$f > /etc/$f; done",
+    ),
+    "files deleted while bash holds them open": (  # two, each under the file limit; a full measure finds them
+        "exec 3>/app/gone3 4>/app/gone4; rm /app/gone*; for i in $(seq 1 40); do"
+        " head -c 1000000 /dev/zero >&3; head -c 1000000 /dev/zero >&4; sleep 0.15; done",
+        "exec 3>&- 4>&-",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", HIDDEN)
+def test_disk_no_folder_shows_still_counts(box: tuple[Sandbox, Path], how: str) -> None:
+    sb, ws = box
+    command, cleanup = HIDDEN[how]
+    sb.execute("mkdir -p /app/d")
+    try:
+        stopped_quickly(sb, ws, f"{command}; echo after", "_LIMIT")
+    finally:
+        sb.execute(cleanup)
+
+
 @pytest.mark.parametrize(("profile", "mode"), [("standard", "copy"), ("locked", "rw")])
 def test_the_workspace_limit_holds_in_other_modes_and_profiles(tmp_path: Path, profile: str, mode: str) -> None:
     ws = tmp_path / "workspace"

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from sandshell_agent import inotify
-from sandshell_agent.diskguard import Tree
+from sandshell_agent.disktree import Tree
 
 
 def fresh(root: Path) -> int:

@@ -1,10 +1,11 @@
 """The disk watchdog: the workspace and the container's own files stay under their size limits.
 
 A thread measures the bytes on disk under /app and under the container's root filesystem (not
-/app, /tmp or other mounts: /tmp is a sized tmpfs, which the kernel bounds itself). inotify says
-which folders changed and only those are scanned again (a folder it cannot watch, by its mtime);
-a full measure, every 2 s while a command runs and as it ends, catches what inotify does not
-report. It never spends more than a tenth of its time scanning. When an area grows past its
+/app, /tmp or other mounts: /tmp is a sized tmpfs, which the kernel bounds itself), with the files
+the engine binds in (/etc/hosts and the like) and files deleted while still open (`disktree.py`).
+inotify says which folders changed and only those are scanned again (a folder it cannot watch, by
+its mtime); a full measure for every 2 s a command runs catches what inotify does not report. It
+never spends more than a tenth of its time scanning. When an area grows past its
 limit, `over` holds one sentence for the model and the user; the agent's loop stops the command
 and everything started from the shell. Nothing is deleted: once over, only further growth trips
 the watchdog again, so the model can still look and clean up.
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import inotify, procs
+from . import procs
+from .disktree import Tree, usage
 
 BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least)
 IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
@@ -31,9 +32,11 @@ FULL_IDLE_WATCHED = 10.0  # ... unless inotify watches every folder: it reports 
 # As a command ends, a full measure, unless one was this recent (commands in a tight loop) or inotify
 # watches every folder (then only a write through mmap escapes it, for the next scheduled measure).
 FULL_AFTER_EVERY = 1.0
-SETID = stat.S_ISUID | stat.S_ISGID
 SLACK = 1 << 20  # growth tolerated while already over a limit
-SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp", "/run")
+SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp")  # (other mounts are left out by their device)
+# Files the engine binds in read-write from its own folders: on no filesystem the areas measure, yet
+# the model can grow them (up to the file limit each); counted with the container's own files.
+ENGINE_BINDS = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 
 
 def human(n: int) -> str:
@@ -42,120 +45,6 @@ def human(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
-
-
-class Tree:
-    """Bytes on disk under `root`, on its own filesystem (links not followed, hard links once).
-
-    A quick measure rescans only the folders that changed and reuses the rest: the folders inotify
-    says changed (a file made, removed, renamed, written or chmod-ed in them; a watched folder
-    costs nothing otherwise), and of the folders it does not watch, those whose mtime changed. A
-    full measure stats every file, so a change inotify does not report (a write through `mmap`) is
-    seen too. Folders in `skip` are left out.
-    """
-
-    def __init__(self, root: str, skip: tuple[str, ...] = (), strip_setid: bool = False, watch: bool = True) -> None:
-        self.root, self.skip, self.strip_setid = root, skip, strip_setid
-        # path -> (mtime_ns, inode, bytes, subfolders)
-        self.folders: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
-        self.total = 0
-        self.watches = inotify.Watches(inotify.share() if watch else 0)
-        self.complete = False  # every folder watched, nothing lost since the last measure
-
-    def measure(self, full: bool = True) -> int:
-        dirty, lost = self.watches.changed()
-        if not full and self.complete and not dirty and not lost:
-            return self.total
-        full = full or lost
-        try:
-            root = os.lstat(self.root)
-        except OSError:
-            self.folders, self.total = {}, 0
-            return 0
-        total, stack = 0, [(self.root, root.st_ino)]
-        seen: set[int] = set()
-        known: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
-        every = True
-        while stack:
-            path, ino = stack.pop()
-            cached = self.folders.get(path)
-            entry = None
-            if not full and cached is not None and cached[1] == ino and path not in dirty:
-                if self.watches.watched(path):
-                    entry = cached
-                else:
-                    try:
-                        if os.lstat(path).st_mtime_ns == cached[0]:
-                            entry = cached
-                    except OSError:
-                        continue
-            if entry is None:
-                watched = self.watches.add(path)  # before the scan: a change during it is not lost
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                entry = (st.st_mtime_ns, st.st_ino, *self._scan(path, root.st_dev, seen))
-                every = every and watched
-            else:
-                every = every and self.watches.watched(path)
-            known[path] = entry
-            total += entry[2]
-            stack.extend(entry[3])
-        self.folders, self.total = known, total
-        self.complete = every and self.watches.active
-        if full and self.watches.active:
-            self.watches.keep_only(known)
-        return total
-
-    def _scan(self, path: str, dev: int, seen: set[int]) -> tuple[int, list[tuple[str, int]]]:
-        size, subfolders = 0, []
-        try:
-            entries = os.scandir(path)
-        except OSError:
-            return 0, []
-        with entries:
-            for e in entries:
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if st.st_dev != dev:
-                    continue
-                if e.is_dir(follow_symlinks=False):
-                    if e.path not in self.skip:
-                        subfolders.append((e.path, st.st_ino))
-                elif st.st_nlink > 1 and st.st_ino in seen:
-                    continue
-                else:
-                    if st.st_nlink > 1:
-                        seen.add(st.st_ino)
-                    size += st.st_blocks * 512
-                    if self.strip_setid and st.st_mode & SETID:
-                        _strip_setid(e.path)
-        return size, subfolders
-
-
-def _strip_setid(path: str) -> None:
-    """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off,
-    through the file itself (an O_PATH descriptor: never a link put in its place, and a file its owner
-    made unreadable, `chmod 4311`, still loses them)."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
-    except OSError:
-        return
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
-            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SETID)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def usage(root: str, skip: tuple[str, ...] = ()) -> int:
-    return Tree(root, skip, watch=False).measure()
 
 
 @dataclass
@@ -169,9 +58,11 @@ class Area:
     threshold: int = field(init=False)  # the limit, or where the last trip left it
     tree: Tree = field(init=False)
 
+    extra: tuple[str, ...] = ()  # files measured with the area wherever they are
+
     def __post_init__(self) -> None:
         self.threshold = self.limit
-        self.tree = Tree(self.root, self.skip, strip_setid=self.root == "/app")
+        self.tree = Tree(self.root, self.skip, strip_setid=self.root == "/app", extra=self.extra, held=True)
 
 
 class DiskGuard:
@@ -185,7 +76,8 @@ class DiskGuard:
         self.areas.append(Area("the workspace /app", "/app", (), workspace_limit, "SANDSHELL_WORKSPACE_LIMIT"))
         if scratch_limit and not os.statvfs("/").f_flag & os.ST_RDONLY:
             what = "the container's files outside /app and /tmp"
-            self.areas.append(Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", usage("/", SKIP)))
+            base = usage("/", SKIP, ENGINE_BINDS)
+            self.areas.append(Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", base, ENGINE_BINDS))
         self.shell_pid = shell_pid
         self.busy = threading.Event()  # set by the agent while a command runs: scan often
         self.over: str | None = None  # set here, taken by the agent's loop
