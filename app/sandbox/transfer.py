@@ -156,8 +156,11 @@ class Sync:
 
     def begin(self, container: Any) -> None:
         """A new container holds the workspace as it is here: its listing is the first to compare
-        with, so even the first copy back is only what changed."""
+        with, so even the first copy back is only what changed. The copy in is the last copy: the
+        interval counts from here (a start that took longer than it, on a loaded engine, copied the
+        untouched /app back after the first action)."""
         self.listing = delta.listing(container) if copies_back(self.settings) else None
+        self.last = time.monotonic()
 
     def due(self, container: Any) -> None:
         every = self.settings.sync_seconds
