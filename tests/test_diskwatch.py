@@ -160,3 +160,28 @@ def test_lost_events_mean_a_full_measure(tmp_path: Path) -> None:
 def test_the_share_is_a_sixteenth_of_the_users_watches_at_most_the_cap() -> None:
     limit = int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
     assert inotify.share() == min(inotify.CAP, limit // 16)
+
+
+def test_a_slow_folder_kept_changing_does_not_hold_up_the_others(tmp_path: Path) -> None:
+    """A folder of 300,000 files touched every 20 ms made every quick measure rescan it (a second),
+    so the next came ten seconds later and a writer elsewhere took 4.7 GB. A slow folder is now
+    scanned again only after ten times its scan; meanwhile what inotify names in it is looked at."""
+    big, other = tmp_path / "big", tmp_path / "other"
+    big.mkdir()
+    other.mkdir()
+    for i in range(20_000):
+        (big / str(i)).touch()
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    assert str(big) in tree.slow, tree.slow  # 20,000 entries take more than SLOW_SCAN here
+    scans: list[str] = []
+    real = tree._scan
+    tree._scan = lambda path, dev, seen: (scans.append(path), real(path, dev, seen))[1]  # type: ignore[method-assign]
+    (big / "0").write_bytes(b"x" * 100_000)  # a file grows in the slow folder
+    (other / "f").write_bytes(b"y" * 200_000)  # and one elsewhere
+    assert tree.measure(full=False) >= fresh(tmp_path)  # nothing missed (a named file counts on top)
+    assert scans == [str(other)], scans  # the slow folder was not scanned again
+    (big / "sub").mkdir()  # a new folder in it is walked all the same
+    (big / "sub" / "g").write_bytes(b"z" * 300_000)
+    assert tree.measure(full=False) >= fresh(tmp_path)
+    assert tree.measure(full=True) == fresh(tmp_path)  # a full measure settles the count

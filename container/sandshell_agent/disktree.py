@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from . import inotify
 
 SETID = stat.S_ISUID | stat.S_ISGID
+# A folder whose scan takes longer than SLOW_SCAN is scanned again by a quick measure only after ten
+# times that (a folder of 300,000 files kept changing made every measure take a second, so the next
+# came ten seconds later, and a writer elsewhere took 4.7 GB meanwhile); in between, up to NAMED of
+# the files inotify names in it are looked at one by one.
+SLOW_SCAN = 0.005
+NAMED = 10_000
 HELD_FDS = 50_000  # the most open descriptors looked at in one full measure (for files deleted while open)
 
 
@@ -42,6 +49,8 @@ class Tree:
         self.total = 0
         self.watches = inotify.Watches(inotify.share() if watch else 0)
         self.complete = False  # every folder watched, nothing lost since the last measure
+        self.slow: dict[str, tuple[float, float]] = {}  # folder -> (when it was last scanned, how long it took)
+        self.deferred: dict[str, dict[str, int]] = {}  # a slow folder not scanned again yet -> named files' bytes
 
     def measure(self, full: bool = True) -> int:
         """The tree's bytes, with files deleted while still open (as of the last full measure) and
@@ -50,6 +59,8 @@ class Tree:
 
     def _measure_tree(self, full: bool) -> int:
         dirty, lost = self.watches.changed()
+        for path in self.deferred:  # slow folders whose scan is still owed
+            dirty.setdefault(path, set())
         if not full and self.complete and not dirty and not lost:
             return self.total
         full = full or lost
@@ -67,35 +78,82 @@ class Tree:
         while stack:
             path, ino = stack.pop()
             cached = self.folders.get(path)
-            entry = None
-            if not full and cached is not None and cached[1] == ino and path not in dirty:
-                if self.watches.watched(path):
-                    entry = cached
+            watched = self.watches.watched(path)
+            if cached is not None and cached[1] == ino and not full:
+                try:
+                    changed = path in dirty or (not watched and os.lstat(path).st_mtime_ns != cached[0])
+                except OSError:
+                    continue
+                if not changed:
+                    entry, excess = cached, 0
+                elif (names := dirty.get(path) if watched else None) is not None and self._owed(path):
+                    entry, excess = self._named(path, names, cached, root.st_dev)  # (None: nothing or too much named)
                 else:
-                    try:
-                        if os.lstat(path).st_mtime_ns == cached[0]:
-                            entry = cached
-                    except OSError:
-                        continue
+                    entry = None
+            else:
+                entry = None
             if entry is None:
                 watched = self.watches.add(path)  # before the scan: a change during it is not lost
                 try:
                     st = os.lstat(path)
                 except OSError:
                     continue
+                began = time.monotonic()
                 size, subfolders = self._scan(path, root.st_dev, seen)
-                entry = (st.st_mtime_ns, st.st_ino, size + st.st_blocks * 512, subfolders)  # a folder's own blocks too
-                every = every and watched
-            else:
-                every = every and self.watches.watched(path)
+                self._scanned(path, time.monotonic() - began)
+                entry, excess = (st.st_mtime_ns, st.st_ino, size + st.st_blocks * 512, subfolders), 0  # with its own
+            every = every and watched
             known[path] = entry
-            total += entry[2]
+            total += entry[2] + excess
             stack.extend(entry[3])
         self.folders, self.total = known, total
+        self.deferred = {path: counted for path, counted in self.deferred.items() if path in known}
         self.complete = every and self.watches.active
         if full and self.watches.active:
             self.watches.keep_only(known)
         return total
+
+    def _scanned(self, path: str, took: float) -> None:
+        self.deferred.pop(path, None)
+        if took > SLOW_SCAN:
+            self.slow[path] = (time.monotonic(), took)
+        else:
+            self.slow.pop(path, None)
+
+    def _owed(self, path: str) -> bool:
+        """A slow folder scanned too recently to be scanned again by a quick measure."""
+        slow = self.slow.get(path)
+        if slow is None or time.monotonic() - slow[0] >= 10 * slow[1]:
+            return False
+        self.deferred.setdefault(path, {})
+        return True
+
+    def _named(
+        self, path: str, names: set[str] | None, cached: tuple[int, int, int, list[tuple[str, int]]], dev: int
+    ) -> tuple[tuple[int, int, int, list[tuple[str, int]]], int]:
+        """A slow folder not scanned this time: its last scan, with the entries inotify named in it since
+        looked at one by one (a new folder is walked, a file's bytes counted on top until the next
+        scan: an overcount, never an undercount, of a file that already was there)."""
+        counted = self.deferred[path]
+        subfolders = list(cached[3])
+        have = {sub for sub, _ in subfolders}
+        for name in names or ():
+            child = os.path.join(path, name)
+            try:
+                st = os.lstat(child)
+            except OSError:
+                counted.pop(name, None)
+                continue
+            if st.st_dev != dev:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if child not in have and child not in self.skip:
+                    subfolders.append((child, st.st_ino))
+            elif len(counted) < NAMED or name in counted:
+                counted[name] = st.st_blocks * 512
+                if self.strip_setid and st.st_mode & SETID:
+                    _strip_setid(child)
+        return (cached[0], cached[1], cached[2], subfolders), sum(counted.values())
 
     def _scan(self, path: str, dev: int, seen: set[int]) -> tuple[int, list[tuple[str, int]]]:
         size, subfolders = 0, []

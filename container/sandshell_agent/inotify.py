@@ -23,6 +23,7 @@ MASK = CREATE | DELETE | MOVED_FROM | MOVED_TO | MODIFY | ATTRIB | CLOSE_WRITE |
 NONBLOCK, CLOEXEC = 0o4000, 0o2000000
 CAP = 4096
 HEADER = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
+NAMES = 4096  # entries named per folder between two measures; past that, the folder as a whole
 
 
 def share() -> int:
@@ -81,9 +82,10 @@ class Watches:
             self.by_wd.pop(wd, None)
             self._libc.inotify_rm_watch(self.fd, wd)
 
-    def changed(self) -> tuple[set[str], bool]:
-        """The folders with changes since the last call, and whether the kernel dropped some."""
-        dirty: set[str] = set()
+    def changed(self) -> tuple[dict[str, set[str] | None], bool]:
+        """The folders with changes since the last call, each with the names of the entries that changed
+        in it (None: the folder itself, or more than NAMES), and whether the kernel dropped some."""
+        dirty: dict[str, set[str] | None] = {}
         overflowed = False
         while self.fd >= 0:
             try:
@@ -97,6 +99,7 @@ class Watches:
             at = 0
             while at + HEADER.size <= len(data):
                 wd, mask, _cookie, length = HEADER.unpack_from(data, at)
+                name = data[at + HEADER.size : at + HEADER.size + length].rstrip(b"\0")
                 at += HEADER.size + length
                 if mask & OVERFLOW:
                     overflowed = True
@@ -108,7 +111,11 @@ class Watches:
                     del self.by_wd[wd]
                     if self.by_path.get(path) == wd:
                         del self.by_path[path]
-                dirty.add(path)
+                names = dirty.setdefault(path, set())
+                if names is not None and name and len(names) < NAMES:
+                    names.add(os.fsdecode(name))
+                else:
+                    dirty[path] = None
         return dirty, overflowed
 
     def close(self) -> None:
