@@ -134,7 +134,8 @@ class Settings:
     workspace_transfer: Literal["auto", "mount", "archive"] = _f(
         "SANDSHELL_WORKSPACE_TRANSFER",
         "auto",
-        "mount (the host folder is mounted, nosuid and nodev), archive (copied in through the engine's API "
+        "mount (the host folder is bind-mounted; no set-id file or device node can be made in it), "
+        "archive (copied in through the engine's API "
         "and, in rw mode, copied back) or auto (mount on a local engine, archive on a remote one)",
     )
     sync_seconds: float = _f(

@@ -86,7 +86,7 @@ class Tree:
                     continue
                 if not changed:
                     entry, excess = cached, 0
-                elif (names := dirty.get(path) if watched else None) is not None and self._owed(path):
+                elif (names := dirty.get(path) if watched else None) is not None and self._defer(path):
                     entry, excess = self._named(path, names, cached, root.st_dev)  # (None: nothing or too much named)
                 else:
                     entry = None
@@ -120,8 +120,8 @@ class Tree:
         else:
             self.slow.pop(path, None)
 
-    def _owed(self, path: str) -> bool:
-        """A slow folder scanned too recently to be scanned again by a quick measure."""
+    def _defer(self, path: str) -> bool:
+        """Put off a slow folder's scan if it was scanned too recently (it is then owed: `deferred`)."""
         slow = self.slow.get(path)
         if slow is None or time.monotonic() - slow[0] >= 10 * slow[1]:
             return False

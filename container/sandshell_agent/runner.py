@@ -187,12 +187,13 @@ class Runner:
 
     def _ended(self, code: int | None = None) -> str:
         code = self.shell.exit_code(wait=0.5) if code is None else code
-        how = f"killed by signal {code - 128}" if code is not None and code > 128 else f"exit status {code}"
+        if code is None:
+            return "the shell ended after the last command"
+        how = f"killed by signal {code - 128}" if code > 128 else f"exit status {code}"
         return f"the shell ended after the last command ({how})"
 
     def _between(self, news: str) -> None:
-        """Replace a shell that ended or hung between commands."""
-        self._kill_stopped_tree()
+        """Replace a shell that ended or hung between commands (none of a command's processes to kill)."""
         self.stop_shell()
         self.start_shell(restore=True)
         self._later(news)
