@@ -180,6 +180,9 @@ class Settings:
         "files (0: no limit)",
     )
     kill_grace: float = _f("SANDSHELL_KILL_GRACE", 1.0, "seconds between TERM and KILL when a command times out")
+    shell_loop: Literal["auto", "off"] = _f(
+        "SANDSHELL_SHELL_LOOP", "auto", "auto (a compiled command loop if the image's bash loads it) or off (bash only)"
+    )
     state_limit: int = _f(
         "SANDSHELL_STATE_LIMIT", 16 * 1024, "bytes read of /app/goal, /app/system.md and /app/config.json each"
     )

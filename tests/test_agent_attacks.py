@@ -17,9 +17,11 @@ from sandshell.sandbox.sandbox import Sandbox
 from .conftest import _base_settings
 
 
-@pytest.fixture
-def box(workspace: Path) -> Iterator[Sandbox]:
-    with Sandbox(workspace=workspace, settings=_base_settings(exit_timeout=3.0, kill_grace=0.5)) as sb:
+@pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])
+def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """Both ways commands run: the compiled loop (the default) and the bash functions alone."""
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=request.param)
+    with Sandbox(workspace=workspace, settings=settings) as sb:
         yield sb
 
 
@@ -90,25 +92,28 @@ def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox)
     assert "No such file" in r.output and r.output.endswith("0.01\n"), r
 
 
-THIEF = r"""exec 5<&10 7>&11; P=$$; python3 -c '
+# Bash's input is on fd 10 either way; the status channel on 200 in the loop, saved on 11 around the
+# wrapper's `eval`.
+THIEF = r"""[ -e /proc/$$/fd/200 ] && s=200 || s=11; exec 5<&10 7>&$s; P=$$; python3 -c '
 import os, signal, sys, time
 time.sleep(0.5)  # the command that planted it has ended: bash waits for the next one
 os.kill(int(sys.argv[1]), signal.SIGSTOP)  # so the next command is ours to read, whole
 data = b""
 while b"\0" not in data:
     data += os.read(0, 65536)
-nonce = data.split(b"\n", 1)[1][:32]
+nonce = data.split(b"\n", 1)[-1][:32]
 os.write(1, nonce + b"\0" + b"0\0/app\0ran\0")  # the record the agent waits for
 os.kill(int(sys.argv[1]), signal.SIGCONT)
 ' $P <&5 >&7 2>/dev/null & echo planted"""
 
 
 def test_a_process_holding_the_shells_own_descriptors_cannot_answer_for_it(box: Sandbox) -> None:
-    """During a command bash holds its input and its status channel on fds 10 and 11 (saved
-    around the `eval`): a command can copy them (`exec 5<&10 7>&11`) and give them to a process
-    that stops bash, reads the next command off its input with its nonce and writes the status
-    record itself. That command then never ran, yet came back as a success. The status must be
-    taken only from bash itself: a swallowed command may time out, never pass for one that ran."""
+    """During a command bash holds its input and its status channel (on fds 10 and 11 saved around
+    the wrapper's `eval`; on 10 and 200 in the loop): a command can copy them (`exec 5<&10 7>&11`)
+    and give them to a process that stops bash, reads the next command off its input with its
+    nonce and writes the status record itself. That command then never ran, yet came back as a
+    success. The status must be taken only from bash itself: a swallowed command may time out,
+    never pass for one that ran."""
     assert box.execute(THIEF).output == "planted\n"
     time.sleep(1.0)
     r = box.execute("echo ran-for-real; false", timeout=3)

@@ -17,10 +17,17 @@ from sandshell.sandbox.sandbox import Sandbox
 from .conftest import _base_settings
 
 
-@pytest.fixture
-def box(workspace: Path) -> Iterator[Sandbox]:
-    with Sandbox(workspace=workspace, settings=_base_settings(exit_timeout=3.0, kill_grace=0.5)) as sb:
+@pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])
+def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """Both ways commands run: the compiled loop (the default) and the bash functions alone."""
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=request.param)
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        assert sb.hello.get("shell") == ("loop" if request.param == "auto" else "wrapper"), sb.hello
         yield sb
+
+
+def looped(sb: Sandbox) -> bool:
+    return sb.hello.get("shell") == "loop"
 
 
 def _still_honest(sb: Sandbox) -> None:
@@ -76,11 +83,12 @@ def test_the_run_lines_alias_holds_or_costs_one_command_unrun(box: Sandbox, plan
     an alias of the model's on its name or its reserved words, alias expansion turned off, or the
     builtins that put it back disabled, must not run a command unwrapped or forge a status. The
     first two are undone after the command that made them; the last costs the next command (bash
-    runs `__ss_run`, the function, which takes the command off its input and ends the shell)."""
+    runs `__ss_run`, the function, which takes the command off its input and ends the shell). The
+    compiled loop reads no line of bash's: the command runs as if nothing were planted."""
     assert box.execute(plant).return_code == 0
     r = box.execute("echo one\necho two")
     assert "hijacked" not in r.output and not r.timed_out, r
-    if runs:
+    if runs or looped(box):
         assert r.output == "one\ntwo\n" and not r.restarted, r
     else:  # never as loose lines: each would run, unwrapped, and the agent wait for a status until the timeout
         assert r.restarted and "this command did not run" in r.output and "two" not in r.output, r
@@ -144,9 +152,14 @@ def test_what_the_model_leaves_cannot_make_the_syntax_check_run_a_command(box: S
 
 def test_builtins_the_check_needs_disabled_for_good_cost_one_command(box: Sandbox) -> None:
     """`enable` disabled too: `set` cannot be enabled again, so the command does not run, the result
-    says why, and the next command runs in a new shell with the state kept."""
+    says why, and the next command runs in a new shell with the state kept. The compiled loop needs
+    no builtin: the command runs."""
     assert box.execute("cd /usr && export KEPT=1 && enable -n enable set").return_code == 0
     r = box.execute("touch /tmp/ran")
+    if looped(box):
+        assert r.return_code == 0 and not r.restarted, r
+        assert box.execute("test -e /tmp/ran && echo ran; echo $KEPT; pwd").output == "ran\n1\n/usr\n"
+        return
     assert r.return_code is None and r.restarted and "`set` or `eval` builtin was disabled" in (r.error or ""), r
     r = box.execute("test -e /tmp/ran || echo not-run; echo $KEPT; pwd")
     assert r.output == "not-run\n1\n/usr\n" and not r.restarted, r

@@ -5,19 +5,41 @@ finished first. Each costs at most a notice on the next result, never a command'
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.runner import SAVE_WAIT
 
+from .conftest import _base_settings
+
 STATE = "/run/sandshell-agent"
 
 
+@pytest.fixture(scope="module", params=["auto", "off"], ids=["loop", "wrapper"])
+def sb(shared_workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """Both ways commands run: the compiled loop saves in C, the bash functions with `>|`."""
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=request.param)
+    with Sandbox(workspace=shared_workspace, settings=settings) as box:
+        yield box
+
+
 def test_a_save_that_hangs_costs_the_next_command_a_notice_not_its_run(sb: Sandbox) -> None:
-    """A FIFO where the next save goes (the older of the two state scripts): it blocks there forever."""
+    """A FIFO where the next save goes (the older of the two state scripts): bash's `>|` blocks there
+    forever; the compiled loop opens without waiting and puts a regular file in its place."""
     sb.execute("cd /tmp && export KEPT=before")
     older = f"cd {STATE}; if [ state0.sh -nt state1.sh ]; then f=state1.sh; else f=state0.sh; fi; rm -f $f; mkfifo $f"
     r = sb.execute(f"({older}); export LOST=yes; echo planted", timeout=3)
     assert r.output == "planted\n" and r.return_code == 0 and not r.restarted, r  # its result came first
+    if sb.hello.get("shell") == "loop":
+        r = sb.execute("kill -9 $$", timeout=3)
+        assert r.restarted, r
+        r = sb.execute("echo $KEPT $LOST; pwd", timeout=3)
+        assert r.output == "before yes\n/tmp\n" and not r.notice, r  # saved, in a regular file
+        sb.execute("unset KEPT LOST; cd /app")
+        return
     start = time.monotonic()
     r = sb.execute("echo ran; echo $KEPT $LOST; pwd", timeout=3)
     assert r.output == "ran\nbefore\n/tmp\n" and not r.timed_out, r  # the state from before the hung save

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from sandshell.resources import container_dir
 from sandshell.sandbox.engine import is_local, local_client
 
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
+LOOP_SOURCE = "bashloop.c"  # in the agent's folder; compiled into the build context, never the checkout
 # Images carry their own key: a container inherits its image's labels, and one made from the
 # image by hand must not look like a session to the reaper, which keys on sandshell.session.
 LABEL = "sandshell.image"
@@ -37,7 +40,7 @@ def _digest(paths: list[Path], root: Path) -> str:
 def context_hash() -> str:
     """A hash of everything the image is built from (the Dockerfile and the agent)."""
     folder = container_dir()
-    files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".so"]
     return _digest(files, folder)
 
 
@@ -149,13 +152,42 @@ def _load_from_local(remote: docker.DockerClient, tag: str, settings: Settings, 
     return tag
 
 
+def compile_loop(folder: Path, log: Log) -> bool:
+    """Build the shell's command loop (`bashloop.c`, a bash builtin) next to the agent in `folder`,
+    a copy of the build context. Without a C compiler the image still builds: its agent then runs
+    commands through bash functions alone (`SANDSHELL_SHELL_LOOP`), about twice as slow a round trip."""
+    source = folder / "sandshell_agent" / LOOP_SOURCE
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log("no C compiler here (cc): the sandbox runs commands without its compiled loop; install gcc for it")
+        return False
+    # No stack protector or fortified calls: the library must load under the oldest glibc an image may have.
+    flags = ["-shared", "-fPIC", "-O2", "-fno-stack-protector", "-U_FORTIFY_SOURCE", "-Wall"]
+    out = source.with_suffix(".so")
+    done = subprocess.run([compiler, *flags, "-o", str(out), str(source)], capture_output=True, text=True)
+    if done.returncode != 0:
+        log(f"could not compile the shell's loop ({done.stderr.strip()[-300:]}); the sandbox runs commands without it")
+        out.unlink(missing_ok=True)
+        return False
+    return True
+
+
 def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
     log_file = settings.path(".cache/logs/image-build.log")
     base = resolve_base(client, settings, log, log_file)
     log(f"building the sandbox image {tag} on {base}...")
+    with tempfile.TemporaryDirectory(prefix="sandshell-image-") as tmp:
+        context = Path(tmp) / "context"
+        shutil.copytree(container_dir(), context, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        compile_loop(context, log)
+        _build_in(client, context, tag, base, log_file)
+    return tag
+
+
+def _build_in(client: docker.DockerClient, context: Path, tag: str, base: str, log_file: Path) -> None:
     try:
         _, lines = client.images.build(
-            path=str(container_dir()),
+            path=str(context),
             tag=tag,
             buildargs={"BASE": base},
             labels={LABEL: "image"},
@@ -168,7 +200,6 @@ def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) 
         raise ImageError(f"building the sandbox image failed: {e.msg}; see {log_file}") from None
     except docker.errors.APIError as e:
         raise ImageError(f"building the sandbox image failed: {e.explanation or e}") from None
-    return tag
 
 
 def _write_build_log(path: Path, lines: Any) -> None:

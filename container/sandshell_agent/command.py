@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import codecs
+import signal
 import time
 from typing import Any
 
-from . import files
+from . import diskguard, files
 
 CHUNK_CHARS = 32 * 1024
 FLUSH_SECONDS = 0.05
 TAIL_BYTES = 8 * 1024
+FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
+DECODER = codecs.getincrementaldecoder("utf-8")
 
 
 class Limits:
@@ -40,7 +43,7 @@ class Command:
         self.spill_path: str | None = None
         self._spill: Any = None
         self.spill_error = ""
-        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
+        self.decoders = {"stdout": DECODER("replace"), "stderr": DECODER("replace")}
         self.pending: list[tuple[str, list[str]]] = []  # (stream, texts) in arrival order
         self.pending_chars = 0
         self.pending_since: float | None = None
@@ -145,6 +148,15 @@ class Command:
         return out
 
     # -- the end -----------------------------------------------------------------------------
+    def file_limit_notice(self, code: int | None, limit: int) -> str | None:
+        """What to tell when the command's writes met RLIMIT_FSIZE (`limit`: 0, none)."""
+        if not limit or not (code == 128 + signal.SIGXFSZ or any(m in self.tail for m in FILE_TOO_LARGE)):
+            return None
+        return (
+            f"a file reached the size limit of {diskguard.human(limit)} (SANDSHELL_FILE_LIMIT, which the "
+            "workspace and scratch limits also cap): the write stopped there; raise it if the task needs bigger files"
+        )
+
     def result(self, exit_code: int | None, cwd: str, user: str, host: str, **extra: Any) -> dict[str, Any]:
         self._close_spill()
         truncated = bool(self.limits.stream) and self.total > self.limits.stream
@@ -173,7 +185,8 @@ class Command:
             frame["notice"] = "; ".join(n for n in (frame.get("notice"), self.spill_error) if n)
         if exit_code is not None and exit_code > 128 and frame["signal"] is None:
             frame["signal"] = _signal_name(exit_code - 128)
-        return frame
+        # What is not said is None, false or 0 to the host: a `true`'s frame is half as long to write and read.
+        return {k: v for k, v in frame.items() if k == "exit_code" or (v is not None and v is not False and v != 0)}
 
 
 def _safe(cid: str) -> str:
@@ -181,8 +194,6 @@ def _safe(cid: str) -> str:
 
 
 def _signal_name(num: int) -> str | None:
-    import signal
-
     try:
         return signal.Signals(num).name
     except ValueError:

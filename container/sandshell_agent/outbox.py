@@ -150,7 +150,7 @@ class Sender:
                 self.window.sent_frame(frame)
             if self.client is not None:
                 self.outbuf.append(data)
-        if self.client is not None:
+        if self.client is not None and frames:  # what waits already goes when the pipe takes more
             self.flush()
 
     def resume(self, resume: Any) -> None:

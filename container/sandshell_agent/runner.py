@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import signal
 import time
 from typing import Any, Protocol
 
-from . import diskguard, execstate, files, procs
+from . import execstate, files, procs
 from .command import Command, Limits
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
 
 READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER)
 DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends (a writer left behind goes on)
-FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
 SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
 BROKEN = (
     "the command did not run: the shell's `set` or `eval` builtin was disabled (enable -n) and could not be"
@@ -50,6 +50,7 @@ class Runner:
         self.owner = owner
         self.user, self.host = who
         self.cmd: Command | None = None
+        self.alive = procs.Alive()
         self.before: set[int] = set()  # the pids alive before the next command
         self.closed_fds: set[int] = set()
         self.replaced = False
@@ -69,7 +70,7 @@ class Runner:
         self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
         self.watch_output(True)
         self.give_input()
-        self.before = procs.snapshot()
+        self.before = self.alive.now()
 
     def give_input(self) -> None:
         """Write bash's pending input; while it does not take it all, wait for it in the loop."""
@@ -211,7 +212,13 @@ class Runner:
 
     def _drain_output(self) -> None:
         assert self.cmd is not None
-        for fd, stream in ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr")):
+        streams = ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr"))
+        try:  # one call to see that nothing is left (the usual case), where two reads failing took twice that
+            if not select.select([fd for fd, _ in streams if fd >= 0], [], [], 0)[0]:
+                return
+        except (OSError, ValueError):
+            pass
+        for fd, stream in streams:
             for _ in range(DRAIN_BYTES // READ_BYTES):
                 try:
                     data = os.read(fd, READ_BYTES)
@@ -273,15 +280,6 @@ class Runner:
             waits.append(c.pending_since + 0.05 - now)
         return min(waits)
 
-    def _file_limit_notice(self, code: int | None, tail: bytearray) -> str | None:
-        limit = self.shell.file_limit
-        if not limit or not (code == 128 + signal.SIGXFSZ or any(m in tail for m in FILE_TOO_LARGE)):
-            return None
-        return (
-            f"a file reached the size limit of {diskguard.human(limit)} (SANDSHELL_FILE_LIMIT, which the "
-            "workspace and scratch limits also cap): the write stopped there; raise it if the task needs bigger files"
-        )
-
     def _finish(self, code: int | None, **extra: Any) -> None:
         cmd = self.cmd
         assert cmd is not None
@@ -289,7 +287,7 @@ class Runner:
         if self.owner is not None and os.geteuid() == 0 and self.owner != (0, 0):
             files.fix_ownership(self.workdir, *self.owner)  # root's files are root's already
         self.cmd = None
-        notices = [n for n in (self.notice, self._file_limit_notice(code, cmd.tail)) if n]
+        notices = [n for n in (self.notice, cmd.file_limit_notice(code, self.shell.file_limit)) if n]
         notices += [f"before this command, in the background: {n}" for n in self.background]
         self.notice, self.background = None, []
         if notices:
@@ -297,4 +295,4 @@ class Runner:
         self.send(cmd.result(code, self.shell.cwd, self.user, self.host, **extra))
         # What runs now is not the next command's: taken here, while the host reads the result (a
         # background job's later children are still spared, their parent being in it).
-        self.before = procs.snapshot()
+        self.before = self.alive.now()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import pwd
+import select
 import selectors
 import signal
 import socket
@@ -17,11 +18,12 @@ from .command import Limits
 from .diskguard import DiskGuard
 from .frames import FrameError, refusal
 from .runner import Runner
-from .shell import Shell
+from .shell import Shell, loop_loads
 from .stdio import StdioChannel
 from .watchdog import OomScoreWatch, PidWatchdog
 
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
+SETTLE_SECONDS = 0.001  # how long the agent waits for a command that just started before its loop goes on
 
 
 class Config:
@@ -47,6 +49,7 @@ class Config:
         self.workspace_limit = int(env.get("SANDSHELL_WORKSPACE_LIMIT", "0"))
         self.scratch_limit = int(env.get("SANDSHELL_SCRATCH_LIMIT", "0"))
         self.file_limit = int(env.get("SANDSHELL_FILE_LIMIT", "0"))
+        self.shell_loop = env.get("SANDSHELL_SHELL_LOOP", "auto") != "off"
 
 
 class Agent:
@@ -67,7 +70,7 @@ class Agent:
         user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
         home = os.environ.get("HOME") or "/root"
         os.makedirs(cfg.state_dir, mode=0o700, exist_ok=True)
-        shell = Shell(cfg.state_dir, home, cfg.workdir, cfg.file_limit)
+        shell = Shell(cfg.state_dir, home, cfg.workdir, cfg.file_limit, loop=cfg.shell_loop and loop_loads())
         self.runner = Runner(
             self.sel,
             self.channel.send,
@@ -91,7 +94,7 @@ class Agent:
         r = self.runner
         running = r.cmd.id if r.cmd else None
         return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.cwd,
-                "running": running}  # fmt: skip
+                "running": running, "shell": "loop" if r.shell.loop else "wrapper"}  # fmt: skip
 
     # -- requests ----------------------------------------------------------------------------
     def _handle(self, frame: dict[str, Any]) -> None:
@@ -161,6 +164,33 @@ class Agent:
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
             self._watch(time.monotonic())
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
+        self._settle()
+
+    def _settle(self) -> None:
+        """Most commands end within a millisecond: wait that long for this one here, taking its output
+        and its status as they come, so its result goes out without a turn of the loop (~0.1 ms of
+        the agent's own work, where the loop's upkeep ran first). Anything else the loop waits on
+        (the host, the disk watchdog) ends the wait, and the loop takes it all from there."""
+        runner, shell = self.runner, self.runner.shell
+        ours = {shell.status_r: "status", shell.stdout_r: "stdout", shell.stderr_r: "stderr"}
+        poll = select.poll()
+        for fd, key in self.sel.get_map().items():
+            poll.register(fd, select.POLLIN if key.events & selectors.EVENT_READ else select.POLLOUT)
+        until = time.monotonic() + SETTLE_SECONDS
+        while runner.cmd is not None and (left := until - time.monotonic()) > 0:
+            ready = poll.poll(left * 1000)
+            keys = self.sel.get_map()
+            if not ready or any(ours.get(fd) != getattr(keys.get(fd), "data", None) for fd, _ in ready):
+                return  # nothing yet, or something of the loop's (or a registration changed meanwhile)
+            for fd, _ in ready:
+                if ours[fd] == "status":
+                    self._watch(time.monotonic(), ending=True)
+                    runner.on_status()
+                    if runner.cmd is None and shell.loop:  # its save ends in a moment: heard now, not on a turn
+                        shell.status.wait_saved(SETTLE_SECONDS)
+                    return
+                runner.on_output(fd, ours[fd])
+            runner.tick(time.monotonic())
 
     # -- loop --------------------------------------------------------------------------------
     def _timeout(self, now: float) -> float:
@@ -220,7 +250,8 @@ class Agent:
                 elif what == "disk":
                     pass  # the disk watchdog tripped: taken below, with the other watchdog
                 elif what == "status":
-                    self._watch(time.monotonic(), ending=True)  # what happened during it is its news
+                    if runner.cmd is not None:  # what happened during it is its news
+                        self._watch(time.monotonic(), ending=True)
                     runner.on_status()
                 elif runner.owns(key.fd):
                     runner.on_output(key.fd, what)

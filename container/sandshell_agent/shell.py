@@ -69,6 +69,20 @@ EDITOR_STUBS = "\n".join(
 
 
 OUTPUT_BUFFER = 1 << 20  # bash's stdout/stderr send buffer (default 208 KiB; the kernel doubles it)
+LOOP_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bashloop.so")  # built with the image
+
+
+def loop_loads(library: str = LOOP_LIBRARY) -> bool:
+    """Whether this image's bash loads the compiled command loop (bashloop.c): it is built on the
+    host with the image, and a base image with another libc or an old bash may refuse it."""
+    if not os.path.exists(library):
+        return False
+    probe = ["/bin/bash", "--noprofile", "--norc", "-c", f"enable -f {shlex.quote(library)} __ss_loop"]
+    try:
+        loaded = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return loaded.returncode == 0
 
 
 def _channel(send_buffer: int = 0) -> tuple[int, int]:
@@ -84,8 +98,9 @@ def _channel(send_buffer: int = 0) -> tuple[int, int]:
 class Shell:
     """A bash process reading control lines on stdin; output on two pipes, status on a third."""
 
-    def __init__(self, state_dir: str, home: str, cwd: str, file_limit: int = 0) -> None:
+    def __init__(self, state_dir: str, home: str, cwd: str, file_limit: int = 0, loop: bool = False) -> None:
         self.state_dir = state_dir
+        self.loop = loop  # commands go through the compiled loop (bashloop.c), not the bash wrapper
         self.file_limit = file_limit  # RLIMIT_FSIZE for bash and all it starts (0: none)
         self.home = home
         self.cwd = cwd
@@ -124,19 +139,29 @@ class Shell:
             os.set_blocking(fd, False)
         self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
-        self.status = StatusChannel(status_r, self.proc.pid)
+        key = secrets.token_bytes(32) if self.loop else None
+        self.status = StatusChannel(status_r, self.proc.pid, key)
         prelude = [f"exec {STATUS_FD}>&{status_w} {status_w}>&- {ERROR_FD}>&2", "set +o history", EDITOR_STUBS]
         if self.file_limit:  # soft and hard, before anything of the model's; without CAP_SYS_RESOURCE it stays
             # (bash's own `ulimit`: the agent may not set another process's limits, the filter says so)
             prelude.insert(0, f"builtin ulimit -f {self.file_limit // 1024} || builtin exit 1")  # KiB, rounded down
         tag = secrets.token_hex(4)
-        prelude += functions(self.state_dir, tag, last_saved(self.state_dir)[0])
-        if restore:
-            prelude += restore_lines(self.state_dir)
-        prelude.append(run_alias(tag))
+        prelude += functions(self.state_dir, tag, last_saved(self.state_dir)[0], loop=self.loop)
+        setup = restore_lines(self.state_dir) if restore else []
         # `builtin`: the model's functions are loaded by now, and a `cd` of its own must not run here.
-        prelude.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
+        setup.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
+        if self.loop:
+            # Loaded and started before anything of the model's is back (it comes back in the loop's
+            # setup): no function of its can stand in for them. Bash reads nothing more of its input
+            # after this line; should the loop not start or ever return, the shell ends.
+            prelude.append(f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop || builtin exit 3")
+            args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), f"__ss_q_{tag}", shlex.quote("\n".join(setup)))
+            prelude.append(f"__ss_loop {' '.join(map(str, args))}; builtin exit 3")
+        else:
+            prelude += [*setup[:-1], run_alias(tag), setup[-1]]
         self._send("\n".join(prelude) + "\n")
+        if key is not None:  # the loop's first read, before any of the model's code is back: in no variable
+            self._send(key.hex())
 
     def _spawn(self, stdin: int, stdout: int, stderr: int, status: int) -> tuple[subprocess.Popen[bytes], str]:
         """Start bash in the cwd wanted, or where it can start: a folder the model made one it cannot
@@ -226,6 +251,9 @@ class Shell:
         """
         nonce = secrets.token_hex(16).encode()
         self.status.expect(nonce)
+        if self.loop:  # the loop reads the bytes as they are
+            self._send(b"%s%0*d%s" % (nonce, LENGTH_DIGITS, len(command), command))
+            return
         body = encode_command(command)
         self._send(b"%s%s%0*d%s" % (RUN_LINE, nonce, LENGTH_DIGITS, len(body), body))
 

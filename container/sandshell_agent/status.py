@@ -15,6 +15,8 @@ runs inside bash: one that looks up its nonce can end its own result early (docs
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import select
 import socket
 import struct
@@ -26,6 +28,7 @@ from . import wrapper
 DONE = wrapper.DONE.encode()
 BROKEN = wrapper.BROKEN.encode()
 
+TAG_BYTES = 16  # BLAKE2s, as bashloop.c computes it
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
 KEEP = 4096  # bytes of unmatched data kept while waiting for the real record
 
@@ -37,11 +40,20 @@ class Status(NamedTuple):
     broken: bool = False  # it did not run: the builtins the wrapper needs are disabled for good
 
 
+def _parsed(rc_raw: bytes, cwd_raw: bytes, how: bytes) -> Status:
+    try:
+        code = int(rc_raw)
+    except ValueError:
+        code = 255
+    return Status(code, cwd_raw.decode(errors="replace"), how == b"syntax", how == BROKEN)
+
+
 class StatusChannel:
     """The agent's end of one shell's status channel (non-blocking)."""
 
-    def __init__(self, fd: int, pid: int) -> None:
+    def __init__(self, fd: int, pid: int, key: bytes | None = None) -> None:
         self.fd, self.pid = fd, pid
+        self.key = key  # the compiled loop's records end with a tag under it (bashloop.c)
         self.buf = bytearray()
         self.nonce = b""  # the running command's: its status record starts with it
         self.saving = b""  # the last command's, until bash says its state is saved
@@ -67,9 +79,36 @@ class StatusChannel:
         self._saved()
         return None
 
+    def _tagged(self, nonce: bytes, fields: int) -> list[bytes] | None:
+        """The first record with `nonce`, `fields` fields and a right tag, and what follows it (the
+        rest of the buffer is kept: a forged record or junk before it is passed over)."""
+        assert self.key is not None
+        at = 0
+        while (start := self.buf.find(nonce + b"\0", at)) >= 0:
+            parts = bytes(self.buf[start:]).split(b"\0", fields + 2)
+            if len(parts) == fields + 3:
+                mac = hashlib.blake2s(parts[0] + b"\0" + b"\0".join(parts[1 : fields + 1]) + b"\0", key=self.key,
+                                      digest_size=TAG_BYTES).hexdigest().encode()  # fmt: skip
+                if hmac.compare_digest(mac, parts[fields + 1]):
+                    del self.buf[:start]
+                    return parts
+            at = start + 1
+        del self.buf[: max(0, len(self.buf) - KEEP)]  # junk written by a command
+        return None
+
     def _status(self) -> Status | None:
         """The last record with the nonce that has a status's four fields (bash's own comes last;
-        its word that the save is done may follow it in the same read)."""
+        its word that the save is done may follow it in the same read); with a key, the first whose
+        tag is right."""
+        if self.key is not None:
+            parts = self._tagged(self.nonce, 3)
+            if parts is None:
+                return None
+            _, rc_raw, cwd_raw, how, _, rest = parts
+            self.buf[:] = rest
+            self.saving, self.nonce = self.nonce, b""
+            self._saved()
+            return _parsed(rc_raw, cwd_raw, how)
         end = len(self.buf)
         while (start := self.buf.rfind(self.nonce + b"\0", 0, end)) >= 0:
             parts = bytes(self.buf[start:]).split(b"\0", 4)
@@ -85,13 +124,14 @@ class StatusChannel:
         self.buf[:] = rest
         self.saving, self.nonce = self.nonce, b""
         self._saved()
-        try:
-            code = int(rc_raw)
-        except ValueError:
-            code = 255
-        return Status(code, cwd_raw.decode(errors="replace"), how == b"syntax", how == BROKEN)
+        return _parsed(rc_raw, cwd_raw, how)
 
     def _saved(self) -> None:
+        if self.key is not None:
+            if self.saving and (parts := self._tagged(self.saving, 1)) is not None and parts[1] == DONE:
+                self.saving = b""
+                self.buf[:] = parts[-1]
+            return
         if self.saving and self.saving + b"\0" + DONE + b"\0" in self.buf:
             self.saving = b""
             self.buf.clear()
