@@ -431,9 +431,12 @@ static int loop_builtin(WORD_LIST *list) {
     if (!ours(trap_list[EXIT_TRAP]) || !ours(trap_list[SIGUSR2]))
       wrapper("\\__ss_arm");
     save_state(1);
+    /* A signal that came meanwhile, before the word that the save is done: SIGXFSZ from the save
+       under `ulimit -f 0` ends the shell here, and the agent, hearing no "done", starts a new one
+       before it gives this one the next command. */
+    pending();
     const char *done[] = {"done"};
     record(nonce, done, 1);
-    pending(); /* a signal that came meanwhile: SIGXFSZ from the save under `ulimit -f 0` ends the shell here */
     last_command_exit_value = last;
   }
 }

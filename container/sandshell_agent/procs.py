@@ -58,16 +58,27 @@ class Alive:
             self.fd: int | None = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             self.fd = None
-        self.newest = b""
+        self.newest = self.seen = b""
+        self.seen_at = 0.0
         self.pids: set[int] = set()
 
+    def moved(self) -> bool:
+        """Whether a pid was handed out since the last listing (what it read serves `now` for 1 ms)."""
+        self.seen, self.seen_at = self._newest(), time.monotonic()
+        return not self.seen or self.seen != self.newest
+
+    def _newest(self) -> bytes:
+        if self.fd is None:
+            return b""
+        try:
+            return os.pread(self.fd, 128, 0).rsplit(None, 1)[-1]
+        except (OSError, IndexError):
+            return b""
+
     def now(self) -> set[int]:
-        newest = b""
-        if self.fd is not None:
-            try:
-                newest = os.pread(self.fd, 128, 0).rsplit(None, 1)[-1]
-            except (OSError, IndexError):
-                newest = b""
+        """The pids alive (listed again only if a pid was handed out since the last listing)."""
+        fresh = self.seen and time.monotonic() - self.seen_at < 0.001
+        newest, self.seen = (self.seen if fresh else self._newest()), b""
         if not newest or newest != self.newest:
             self.newest = newest  # read first: a process made during the listing is listed, or listed next time
             self.pids = snapshot()

@@ -135,7 +135,8 @@ class Runner:
         if self.cmd.output_limited and self.cmd.phase is None:
             self.begin_kill()
 
-    def on_status(self) -> None:
+    def on_status(self, drained: bool = False) -> None:
+        """Bash wrote to its status channel; `drained`: its output channels were seen empty with it."""
         try:
             status = self.shell.read_status()
         except (EOFError, OSError):
@@ -145,7 +146,8 @@ class Runner:
             dead = False
         if status is not None:
             if self.cmd is not None:
-                self._drain_output()
+                if not drained:  # what the command wrote before its status is all there by now
+                    self._drain_output()
                 restart = status.broken or self.cmd.phase is not None
                 if restart:
                     # The shell was sent USR2 but ended the command first (the trap still pending

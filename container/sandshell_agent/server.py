@@ -185,7 +185,7 @@ class Agent:
             for fd, _ in ready:
                 if ours[fd] == "status":
                     self._watch(time.monotonic(), ending=True)
-                    runner.on_status()
+                    runner.on_status(drained=len(ready) == 1)
                     if runner.cmd is None and shell.loop:  # its save ends in a moment: heard now, not on a turn
                         shell.status.wait_saved(SETTLE_SECONDS)
                     return
@@ -204,7 +204,8 @@ class Agent:
         """The process and disk watchdogs; a notice goes with the running command's result, or,
         between commands, with the next one's, saying it happened in the background."""
         runner = self.runner
-        notice = self.watchdog.check(now, runner.shell.pid, force=ending)
+        # As a command ends its process count is checked, unless it started no process at all.
+        notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved())
         if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
             runner.notice = "; ".join(n for n in (runner.notice, self.oom.check()) if n)
         if runner.cmd is not None and not self.disk.busy.is_set():
