@@ -92,9 +92,9 @@ def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox)
     assert "No such file" in r.output and r.output.endswith("0.01\n"), r
 
 
-# Bash's input is on fd 10 either way; the status channel on 200 in the loop, saved on 11 around the
-# wrapper's `eval`.
-THIEF = r"""[ -e /proc/$$/fd/200 ] && s=200 || s=11; exec 5<&10 7>&$s; P=$$; python3 -c '
+# The loop keeps bash's input on fd 202 and the status channel on 200; the wrapper's `eval` saves them
+# on 10 and 11.
+THIEF = r"""[ -e /proc/$$/fd/200 ] && { i=202 s=200; } || { i=10 s=11; }; exec 5<&$i 7>&$s; P=$$; python3 -c '
 import os, signal, sys, time
 time.sleep(0.5)  # the command that planted it has ended: bash waits for the next one
 os.kill(int(sys.argv[1]), signal.SIGSTOP)  # so the next command is ours to read, whole
@@ -109,7 +109,7 @@ os.kill(int(sys.argv[1]), signal.SIGCONT)
 
 def test_a_process_holding_the_shells_own_descriptors_cannot_answer_for_it(box: Sandbox) -> None:
     """During a command bash holds its input and its status channel (on fds 10 and 11 saved around
-    the wrapper's `eval`; on 10 and 200 in the loop): a command can copy them (`exec 5<&10 7>&11`)
+    the wrapper's `eval`; on 202 and 200 in the loop): a command can copy them (`exec 5<&10 7>&11`)
     and give them to a process that stops bash, reads the next command off its input with its
     nonce and writes the status record itself. That command then never ran, yet came back as a
     success. The status must be taken only from bash itself: a swallowed command may time out,

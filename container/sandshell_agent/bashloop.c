@@ -160,6 +160,7 @@ static void tag(const char *data, size_t n, char *hex) {
 
 #define NONCE 32
 #define LENGTH 10
+#define OWN_FDS 202 /* bash's input and /dev/null are moved to the first free numbers from here */
 #define COMMAND_MAX (8 << 20) /* the agent sends at most 256 KiB; anything longer is not from it */
 #define WHOLE "# sandshell: whole"
 
@@ -375,8 +376,13 @@ static int loop_builtin(WORD_LIST *list) {
   const char *saved = get_string_value(counter);
   saves = saved ? atol(saved) : 0;
   /* The agent's channels reach no program the model starts; its input leaves fd 0 for /dev/null. */
-  input_fd = fcntl(0, F_DUPFD_CLOEXEC, 10);
-  null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  /* Past the numbers scripts use (3-9) and bash saves its own on (10 and up), next to the
+     status channel (200) and the shell's first stderr (201). */
+  input_fd = fcntl(0, F_DUPFD_CLOEXEC, OWN_FDS);
+  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  null_fd = null < 0 ? -1 : fcntl(null, F_DUPFD_CLOEXEC, OWN_FDS);
+  if (null >= 0)
+    close(null);
   fcntl(status_fd, F_SETFD, FD_CLOEXEC);
   fcntl(error_fd, F_SETFD, FD_CLOEXEC);
   if (input_fd < 0 || null_fd < 0) {
@@ -417,7 +423,8 @@ static int loop_builtin(WORD_LIST *list) {
       how = "syntax";
       last = 2;
     } else {
-      dup2(null_fd, 0);
+      if (dup2(null_fd, 0) < 0) /* the model closed it: stdin is then what it left on fd 0 */
+        close(0);
       last_command_exit_value = last;
       last = parse_and_execute(command, "eval", SEVAL_NOHIST | SEVAL_NOFREE | SEVAL_RESETLINE);
       unlink_fifo_list();

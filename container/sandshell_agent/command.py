@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import os
+import select
 import signal
 import time
 from typing import Any
@@ -12,6 +14,8 @@ from . import diskguard, files
 CHUNK_CHARS = 32 * 1024
 FLUSH_SECONDS = 0.05
 TAIL_BYTES = 8 * 1024
+READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER)
+DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends
 FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
 DECODER = codecs.getincrementaldecoder("utf-8")
 
@@ -76,6 +80,24 @@ class Command:
                 self._queue(stream, text)
         if self.limits.spill and self.total > self.limits.stream + self.limits.spill:
             self.output_limited = True
+
+    def drain(self, streams: tuple[tuple[int, str], ...]) -> None:
+        """Take what is left in the shell's output channels as the command ends (bounded: a writer it
+        left behind goes on writing)."""
+        try:  # one call to see that nothing is left (the usual case), where two reads failing took twice that
+            if not select.select([fd for fd, _ in streams if fd >= 0], [], [], 0)[0]:
+                return
+        except (OSError, ValueError):
+            pass
+        for fd, stream in streams:
+            for _ in range(DRAIN_BYTES // READ_BYTES):
+                try:
+                    data = os.read(fd, READ_BYTES)
+                except OSError:  # BlockingIOError included: nothing more
+                    break
+                if not data:
+                    break
+                self.feed(stream, data)
 
     def _queue(self, stream: str, text: str) -> None:
         if self.pending_since is None:

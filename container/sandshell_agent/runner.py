@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import os
-import select
 import selectors
 import signal
 import time
 from typing import Any, Protocol
 
 from . import execstate, files, procs
-from .command import Command, Limits
+from .command import READ_BYTES, Command, Limits
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
 
-READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER)
-DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends (a writer left behind goes on)
 SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
 BROKEN = (
     "the command did not run: the shell's `set` or `eval` builtin was disabled (enable -n) and could not be"
@@ -68,6 +65,8 @@ class Runner:
             news += f" and started in {self.shell.cwd}"
             self.notice = "; ".join(n for n in (self.notice, news) if n)
         self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
+        if self.shell.exit_fd >= 0:
+            self.sel.register(self.shell.exit_fd, selectors.EVENT_READ, "exit")
         self.watch_output(True)
         self.give_input()
         self.before = self.alive.now()
@@ -92,13 +91,20 @@ class Runner:
                 self.sel.unregister(fd)
 
     def stop_shell(self) -> None:
-        for fd in (self.shell.status_r, self.shell.stdout_r, self.shell.stderr_r, self.shell.control):
+        shell = self.shell
+        for fd in (shell.status_r, shell.stdout_r, shell.stderr_r, shell.control, shell.exit_fd):
             if fd >= 0 and fd in self.sel.get_map():
                 self.sel.unregister(fd)
-        self.shell.kill()
+        shell.kill()
 
-    def owns(self, fd: int) -> bool:
-        return fd in (self.shell.stdout_r, self.shell.stderr_r)
+    def on_exit(self, key: selectors.SelectorKey) -> None:
+        """Bash is gone. A status channel that closed while it was still ending was taken for `exec`:
+        without this the loop learnt otherwise only at its next turn, up to a second later."""
+        if self.sel.get_map().get(key.fd) is not key:
+            return  # a shell replaced earlier in this turn of the loop (its pidfd's number may be the new one's)
+        self.sel.unregister(key.fd)
+        if self.replaced and self.cmd is not None:
+            self._shell_ended()
 
     # -- a command ---------------------------------------------------------------------------
     def run(self, cid: str, command: bytes, timeout: float) -> None:
@@ -214,21 +220,7 @@ class Runner:
 
     def _drain_output(self) -> None:
         assert self.cmd is not None
-        streams = ((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr"))
-        try:  # one call to see that nothing is left (the usual case), where two reads failing took twice that
-            if not select.select([fd for fd, _ in streams if fd >= 0], [], [], 0)[0]:
-                return
-        except (OSError, ValueError):
-            pass
-        for fd, stream in streams:
-            for _ in range(DRAIN_BYTES // READ_BYTES):
-                try:
-                    data = os.read(fd, READ_BYTES)
-                except (BlockingIOError, OSError):
-                    break
-                if not data:
-                    break
-                self.cmd.feed(stream, data)
+        self.cmd.drain(((self.shell.stdout_r, "stdout"), (self.shell.stderr_r, "stderr")))
 
     def begin_kill(self) -> None:
         cmd = self.cmd

@@ -248,14 +248,16 @@ class Agent:
                             self._handle(frame)
                 elif what == "control":
                     runner.give_input()
+                elif what == "exit":
+                    runner.on_exit(key)
                 elif what == "disk":
                     pass  # the disk watchdog tripped: taken below, with the other watchdog
                 elif what == "status":
                     if runner.cmd is not None:  # what happened during it is its news
                         self._watch(time.monotonic(), ending=True)
                     runner.on_status()
-                elif runner.owns(key.fd):
-                    runner.on_output(key.fd, what)
+                elif what in ("stdout", "stderr") and key.fd in (runner.shell.stdout_r, runner.shell.stderr_r):
+                    runner.on_output(key.fd, what)  # (not a stale event of a shell replaced in this turn)
             now = time.monotonic()
             channel.expire(now)
             self._watch(now)

@@ -112,6 +112,7 @@ class Shell:
         self.status_r = -1
         self.stdout_r = -1
         self.stderr_r = -1
+        self.exit_fd = -1  # readable once bash has ended (a pidfd; -1 where the kernel has none)
         self.status = StatusChannel(-1, 0)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -133,6 +134,10 @@ class Shell:
         self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
         self.unreachable = wanted if self.cwd != wanted else None
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
+        try:  # its status channel closes a moment before it is gone: this says when it is
+            self.exit_fd = os.pidfd_open(self.proc.pid)
+        except OSError:
+            self.exit_fd = -1
         for fd in (status_w, out_w, err_w, control_r):
             os.close(fd)
         for fd in (status_r, out_r, err_r, self.control):
@@ -222,9 +227,10 @@ class Shell:
                 self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
-        if self.control >= 0:
-            os.close(self.control)
-            self.control = -1
+        for fd in (self.control, self.exit_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.control = self.exit_fd = -1
         self.unsent.clear()
         for fd in (self.status_r, self.stdout_r, self.stderr_r):
             if fd >= 0:
