@@ -44,7 +44,7 @@ class Runner:
         self.limits = limits
         self.kill_grace = kill_grace
         self.workdir = workdir
-        self.owner = owner
+        self.owner = files.Owner(workdir, *owner) if owner is not None and owner != (0, 0) else None
         self.user, self.host = who
         self.cmd: Command | None = None
         self.alive = procs.Alive()
@@ -278,8 +278,8 @@ class Runner:
         cmd = self.cmd
         assert cmd is not None
         self.send(*cmd.frames(final=True))
-        if self.owner is not None and os.geteuid() == 0 and self.owner != (0, 0):
-            files.fix_ownership(self.workdir, *self.owner)  # root's files are root's already
+        if self.owner is not None and os.geteuid() == 0:  # (root's files are root's already)
+            self.owner.fix()
         self.cmd = None
         notices = [n for n in (self.notice, cmd.file_limit_notice(code, self.shell.file_limit)) if n]
         notices += [f"before this command, in the background: {n}" for n in self.background]
