@@ -37,9 +37,8 @@ def test_the_library_needs_nothing_newer_than_glibc_2_17(tmp_path: Path) -> None
     image's (fstat@GLIBC_2.33, __isoc23_strtol@GLIBC_2.38 from a newer host) would keep it from loading."""
     context = tmp_path / "context"
     (context / "sandshell_agent").mkdir(parents=True)
-    (context / "sandshell_agent" / "bashloop.c").write_bytes(
-        (container_dir() / "sandshell_agent" / "bashloop.c").read_bytes()
-    )
+    for name in ("bashloop.c", "blake2s.h"):
+        (context / "sandshell_agent" / name).write_bytes((container_dir() / "sandshell_agent" / name).read_bytes())
     assert compile_loop(context, lambda _m: None)
     symbols = subprocess.run(["objdump", "-T", str(context / "sandshell_agent" / "bashloop.so")],
                              capture_output=True, text=True, check=True).stdout  # fmt: skip
@@ -101,3 +100,96 @@ def test_a_thief_of_the_next_command_cannot_pass_a_record_for_it(sb: Sandbox) ->
     assert sb.execute("cat /tmp/stolen | cut -c1-32").output.strip() != ""  # the theft itself worked
     r = sb.execute("trap - USR1; echo honest")
     assert r.output == "honest\n" and r.return_code == 0, r
+
+
+# Found by an attacker's review of the loop (each seen to break it before its fix).
+
+MITM = r"""
+rm -f /tmp/f; mkfifo /tmp/f
+( export LC_ALL=C; exec 7>/tmp/f
+  while IFS= read -r -N 42 head <&202; do
+    nonce=${head:0:32}; len=$((10#${head:32}))
+    IFS= read -r -N "$len" cmd <&202
+    new="echo forged; builtin cd /etc; (exit 77)"
+    printf '%s%010d%s' "$nonce" "${#new}" "$new" >&7
+  done ) >/dev/null 2>&1 &
+exec 202<&-; exec 202</tmp/f
+echo armed
+"""
+
+
+def test_an_input_swapped_for_a_helpers_runs_no_command_of_the_helpers(sb: Sandbox) -> None:
+    """A helper holding the loop's input relays each nonce with a command of its own, through a FIFO
+    put where the loop reads (closing fd 202 first lets `exec 202<` stick). The loop reads only from
+    the input it started with, and only commands tagged under its key: the shell is replaced, and
+    nothing of the helper's runs."""
+    assert sb.execute(MITM).output.startswith("armed\n")  # (the loop's word on the swap may follow it)
+    r = sb.execute("echo real; touch /tmp/real-ran", timeout=3)
+    assert r.return_code != 77 and "forged" not in r.output and r.cwd != "/etc", r
+    for _ in range(3):
+        r = sb.execute("ls /tmp/real-ran >/dev/null 2>&1; echo rc=$?; pwd", timeout=3)
+        assert "forged" not in r.output and r.return_code == 0, r
+    sb.execute("rm -f /tmp/real-ran /tmp/f; cd /app")
+
+
+def test_set_n_lasts_to_the_end_of_its_own_command(sb: Sandbox) -> None:
+    """`set -n` made every later command a no-op reported as a success (timeouts, `exit` and
+    `kill -9 $$` included), and it never wore off."""
+    assert sb.execute("set -n").return_code == 0
+    r = sb.execute("echo hi; false")
+    assert r.output == "hi\n" and r.return_code == 1, r
+    r = sb.execute("sleep 10", timeout=1)
+    assert r.timed_out, r
+
+
+def test_the_loop_cannot_be_started_again_from_inside(sb: Sandbox) -> None:
+    """A second `__ss_loop` (returned from through a trap) swapped the folder states were saved to."""
+    sb.execute("export BEFORE=1")
+    nest = (
+        "f() { trap 'trap - USR1; return 0' USR1; ( sleep 0.5; kill -USR1 $$ ) &"
+        " __ss_loop 200 201 /tmp/evil 0 '' <&202; }; mkdir -p /tmp/evil; f; echo rc=$?; unset -f f"
+    )
+    r = sb.execute(nest, timeout=3)
+    assert "rc=2" in r.output and "runs already" in r.output, r
+    sb.execute("export LOST=1; lostfn() { echo hi; }; cd /etc")
+    assert sb.execute("kill -9 $$").restarted
+    r = sb.execute("echo BEFORE=$BEFORE LOST=$LOST; lostfn; pwd")
+    assert r.output == "BEFORE=1 LOST=1\nhi\n/etc\n", r
+    sb.execute("unset BEFORE LOST; unset -f lostfn; cd /app")
+
+
+def test_a_function_named_builtin_does_not_keep_the_exit_trap_from_saving(sb: Sandbox) -> None:
+    """The traps ran bash functions that call `builtin ...`: a function of the model's by that name
+    kept them from being put back, and `exit` lost the command's state."""
+    sb.execute("export A=1; builtin() { :; }; trap 'echo bye' EXIT")
+    r = sb.execute("export B=2; cd /etc; exit 4")
+    assert r.restarted and r.return_code == 4 and "bye" in r.output, r
+    r = sb.execute("echo A=$A B=$B; pwd")
+    assert r.output == "A=1 B=2\n/etc\n", r
+    sb.execute("unset -f builtin; trap - EXIT; unset A B; cd /app")
+
+
+def test_a_function_named_like_an_assignment_does_not_lose_the_others(sb: Sandbox) -> None:
+    """`declare -f` writes `function a=b {...}` as `a=b () ...`, which reads back as an assignment and
+    ended the restore there: every function after it was gone from the new shell."""
+    sb.execute("aa() { echo aa; }; zz() { echo zz; }; function a=b { echo ab; }; cd /etc")
+    assert sb.execute("kill -9 $$").restarted
+    r = sb.execute("aa; zz; 'a=b'; pwd")
+    assert r.output == "aa\nzz\nab\n/etc\n", r
+    sb.execute("unset -f aa zz a=b; cd /app")
+
+
+def test_a_pwd_too_long_for_a_record_loses_no_result(sb: Sandbox) -> None:
+    """A 20,000-character readonly `PWD` made every record too long to be read: every result was lost,
+    after a restart too (the restore brought it back)."""
+    r = sb.execute("declare -rx PWD=/$(head -c 20000 /dev/zero | tr '\\0' b); echo set")
+    assert r.output == "set\n" and not r.timed_out, r
+    r = sb.execute("echo hi")
+    assert r.output == "hi\n" and not r.timed_out and r.return_code == 0, r
+
+
+def test_extended_patterns_turned_on_in_the_command_itself_pass_the_check(sb: Sandbox) -> None:
+    """The check parses the whole command before any of it runs: `shopt -s extglob` on its first
+    line did not yet allow `@(...)` on the next, and the command was refused."""
+    r = sb.execute("shopt -s extglob\ncase ab in @(ab|cd)) echo matched;; esac\nshopt -u extglob")
+    assert r.output == "matched\n" and not r.syntax_error, r

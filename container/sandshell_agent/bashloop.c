@@ -1,30 +1,36 @@
-/* sandshell's command loop: a bash builtin, loaded into the model's shell with `enable -f`.
+/* sandshell's command loop: two bash builtins, loaded into the model's shell with `enable -f`.
 
-   `__ss_loop STATUS_FD ERROR_FD STATE_DIR COUNTER SETUP` runs SETUP (the saved state of a shell
-   this one replaces, and its cwd), then for ever: reads a command from bash's input (a 32-digit
-   nonce, a 10-digit length, the command's bytes), checks its syntax with bash's own parser, runs
-   it as `eval` would (stdin at /dev/null, `$?` the last command's status), writes
-   `nonce NUL rc NUL cwd NUL how NUL` to STATUS_FD, saves the exports and functions a new shell
-   would start from into STATE_DIR (only when they changed) and writes `nonce NUL done NUL`.
-   Nothing of it is shell code, so none of it shows in `set -x`, runs a DEBUG trap, or can be
-   redefined by the model; the nonce is never in a shell variable. The bash functions of
-   wrapper.py still do what traps do (the EXIT and USR2 traps save the state of a shell that ends).
+   `__ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP` reads a key (64 hex digits) off bash's input,
+   runs SETUP (the state of a shell this one replaces, and its cwd), then for ever: reads a command
+   (a 32-digit nonce, a 10-digit length, the agent's tag of both and of the command, the command's
+   bytes) and checks the tag, checks the command's syntax with bash's own parser, runs it as `eval`
+   would (stdin at /dev/null, `$?` the last command's status), writes `nonce NUL rc NUL cwd NUL how
+   NUL tag NUL` to STATUS_FD, puts its EXIT and USR2 traps back around the model's, saves the exports
+   and functions a new shell would start from into STATE_DIR (when they changed) and writes
+   `nonce NUL done NUL tag NUL`. `__ss_end` is what those traps run: it saves the state and where the
+   shell is; `__ss_end exit N` then exits.
+
+   None of it is shell code, so none of it shows in `set -x`, runs a DEBUG trap, or can be stood in
+   for by the model's functions or aliases; the key and the nonce are in no shell variable. Records
+   carry a tag under the key, which the agent sent before any of the model's code ran, and the loop
+   reads only from the input it was started with: a process that gets hold of that input can read
+   commands off it, never put one in or pass a record.
 
    It declares what it uses of bash (stable since bash 4) instead of including bash's headers, so
-   any C compiler builds it; it uses only libc functions every glibc since 2.2.5 has. */
+   any C compiler builds it; it uses only libc functions every glibc since 2.14 has. */
 
 #define _DEFAULT_SOURCE /* syscall(); not _GNU_SOURCE, whose C2x strtol needs glibc 2.38 */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
-#include <stdint.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "blake2s.h"
 
 typedef struct word_desc {
   char *word;
@@ -43,6 +49,10 @@ struct builtin {
   const char *short_doc;
   char *handle;
 };
+typedef struct variable {
+  char *name;
+  char *value;
+} SHELL_VAR; /* only its first two fields are read */
 
 #define BUILTIN_ENABLED 0x01
 #define SEVAL_NOHIST 0x004
@@ -52,16 +62,20 @@ struct builtin {
 #define EXIT_TRAP 0
 
 extern int parse_and_execute(char *, const char *, int);
-extern int last_command_exit_value;
+extern int last_command_exit_value, read_but_dont_execute, extended_glob;
 extern volatile sig_atomic_t terminating_signal;
 extern void termsig_handler(int);
 extern void run_pending_traps(void);
 extern void exit_shell(int);
 extern void unlink_fifo_list(void);
 extern char *trap_list[];
+extern void set_signal(int, char *);
 extern struct builtin *builtin_address_internal(char *, int);
 extern char *get_string_value(const char *);
-extern void *bind_variable(const char *, char *, int);
+extern SHELL_VAR *find_function(const char *);
+extern SHELL_VAR **all_shell_functions(void);
+extern int unbind_func(const char *);
+extern int legal_identifier(const char *);
 extern WORD_DESC *make_word(const char *);
 extern WORD_LIST *make_word_list(WORD_DESC *, WORD_LIST *);
 extern void dispose_words(WORD_LIST *);
@@ -70,108 +84,26 @@ extern int declare_builtin(WORD_LIST *);
 extern void builtin_error(const char *, ...);
 extern char *this_command_name;
 extern sh_builtin_func_t *this_shell_builtin;
-extern int echo_command_at_execute, echo_input_at_read, exit_immediately_on_error, unbound_vars_is_error;
-
-/* BLAKE2s (RFC 7693), keyed: each record ends with its tag under a key the agent gave this loop
-   before any of the model's code ran, kept nowhere but here. A process that reads the next
-   command off bash's input learns its nonce, not the key, so it cannot pass for the loop. */
-typedef struct {
-  uint32_t h[8], t[2];
-  uint8_t b[64];
-  size_t c;
-} blake2s;
-
-static const uint32_t IV[8] = {0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A,
-                               0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19};
-static const uint8_t SIGMA[10][16] = {
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
-    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
-    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
-    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0}};
-
-#define ROTR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
-#define G(a, b, c, d, x, y)                                                                                            \
-  do {                                                                                                                 \
-    v[a] += v[b] + (x), v[d] = ROTR(v[d] ^ v[a], 16), v[c] += v[d], v[b] = ROTR(v[b] ^ v[c], 12);                     \
-    v[a] += v[b] + (y), v[d] = ROTR(v[d] ^ v[a], 8), v[c] += v[d], v[b] = ROTR(v[b] ^ v[c], 7);                       \
-  } while (0)
-
-static void compress(blake2s *s, int last) {
-  uint32_t v[16], m[16];
-  for (int i = 0; i < 8; i++)
-    v[i] = s->h[i], v[i + 8] = IV[i];
-  v[12] ^= s->t[0], v[13] ^= s->t[1];
-  if (last)
-    v[14] = ~v[14];
-  for (int i = 0; i < 16; i++)
-    m[i] = (uint32_t)s->b[4 * i] | (uint32_t)s->b[4 * i + 1] << 8 | (uint32_t)s->b[4 * i + 2] << 16 |
-           (uint32_t)s->b[4 * i + 3] << 24;
-  for (int r = 0; r < 10; r++) {
-    const uint8_t *z = SIGMA[r];
-    G(0, 4, 8, 12, m[z[0]], m[z[1]]);
-    G(1, 5, 9, 13, m[z[2]], m[z[3]]);
-    G(2, 6, 10, 14, m[z[4]], m[z[5]]);
-    G(3, 7, 11, 15, m[z[6]], m[z[7]]);
-    G(0, 5, 10, 15, m[z[8]], m[z[9]]);
-    G(1, 6, 11, 12, m[z[10]], m[z[11]]);
-    G(2, 7, 8, 13, m[z[12]], m[z[13]]);
-    G(3, 4, 9, 14, m[z[14]], m[z[15]]);
-  }
-  for (int i = 0; i < 8; i++)
-    s->h[i] ^= v[i] ^ v[i + 8];
-}
-
-static void update(blake2s *s, const void *data, size_t n) {
-  const uint8_t *p = data;
-  for (size_t i = 0; i < n; i++) {
-    if (s->c == 64) {
-      s->t[0] += 64;
-      if (s->t[0] < 64)
-        s->t[1]++;
-      compress(s, 0);
-      s->c = 0;
-    }
-    s->b[s->c++] = p[i];
-  }
-}
-
-#define TAG 16
-static uint8_t key[32];
-
-static void tag(const char *data, size_t n, char *hex) {
-  blake2s s = {.c = 0};
-  memcpy(s.h, IV, sizeof IV);
-  s.h[0] ^= 0x01010000 ^ (uint32_t)sizeof key << 8 ^ TAG;
-  update(&s, key, sizeof key);
-  memset(s.b + s.c, 0, 64 - s.c); /* the key fills a block of its own */
-  s.c = 64;
-  update(&s, data, n);
-  s.t[0] += (uint32_t)s.c;
-  if (s.t[0] < s.c)
-    s.t[1]++;
-  memset(s.b + s.c, 0, 64 - s.c);
-  compress(&s, 1);
-  for (int i = 0; i < TAG; i++)
-    hex[2 * i] = "0123456789abcdef"[(s.h[i / 4] >> (8 * (i % 4)) >> 4) & 15],
-            hex[2 * i + 1] = "0123456789abcdef"[(s.h[i / 4] >> (8 * (i % 4))) & 15];
-  hex[2 * TAG] = '\0';
-}
 
 #define NONCE 32
 #define LENGTH 10
-#define OWN_FDS 202 /* bash's input and /dev/null are moved to the first free numbers from here */
+#define HEAD (NONCE + LENGTH + 2 * TAG)
 #define COMMAND_MAX (8 << 20) /* the agent sends at most 256 KiB; anything longer is not from it */
+#define CWD_MAX 4096          /* a longer $PWD is not reported: the agent asks the kernel */
+#define OWN_FDS 202           /* bash's input and /dev/null move to the first free numbers from here */
 #define WHOLE "# sandshell: whole"
+#define END "__ss_end"
 
-static int status_fd = -1, error_fd = -1, input_fd = -1, null_fd = -1;
-static const char *state_dir, *counter;
+static int status_fd = -1, error_fd = -1, input_fd = -1, null_fd = -1, running;
+static dev_t input_dev;
+static ino_t input_ino;
+static char *state_dir;
 static long saves;
 static char *last_state;
 static size_t last_state_len;
 static sh_builtin_func_t *real_enable;
 
-/* Signals that arrived while we waited: a trap the model set, or the USR2 that ends the shell. */
+/* Signals that arrived while we waited: a trap the model set, or one that ends the shell. */
 static void pending(void) {
   if (terminating_signal)
     termsig_handler(terminating_signal);
@@ -179,8 +111,7 @@ static void pending(void) {
 }
 
 static int read_full(int fd, char *buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
+  for (size_t got = 0; got < n;) {
     ssize_t r = read(fd, buf + got, n - got);
     if (r > 0)
       got += (size_t)r;
@@ -195,22 +126,17 @@ static int read_full(int fd, char *buf, size_t n) {
 static int write_full(int fd, const char *buf, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, buf, n);
-    if (w > 0) {
-      buf += w;
-      n -= (size_t)w;
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else {
+    if (w > 0)
+      buf += w, n -= (size_t)w;
+    else if (w >= 0 || errno != EINTR)
       return -1; /* the agent is gone (it hears the shell's end elsewhere), or a file is full */
-    }
   }
   return 0;
 }
 
-/* "nonce NUL field NUL ... tag NUL" in one write, so the agent never sees half a record; the tag is
-   over everything before it. */
+/* "nonce NUL field NUL ... tag NUL" in one write, so the agent never sees half a record. */
 static void record(const char *nonce, const char **fields, int count) {
-  size_t size = NONCE + 1 + 2 * TAG + 1, at;
+  size_t size = NONCE + 1 + 2 * TAG + 1, at = NONCE + 1;
   for (int i = 0; i < count; i++)
     size += strlen(fields[i]) + 1;
   char *buf = malloc(size);
@@ -218,7 +144,6 @@ static void record(const char *nonce, const char **fields, int count) {
     return;
   memcpy(buf, nonce, NONCE);
   buf[NONCE] = '\0';
-  at = NONCE + 1;
   for (int i = 0; i < count; i++) {
     size_t len = strlen(fields[i]) + 1;
     memcpy(buf + at, fields[i], len);
@@ -229,42 +154,35 @@ static void record(const char *nonce, const char **fields, int count) {
   free(buf);
 }
 
-static char *number(long n, char *buf, size_t size) {
-  char *p = buf + size - 1;
-  int negative = n < 0;
-  unsigned long u = negative ? (unsigned long)-n : (unsigned long)n;
-  *p = '\0';
-  do {
-    *--p = (char)('0' + u % 10);
-    u /= 10;
-  } while (u && p > buf + 1);
-  if (negative)
-    *--p = '-';
-  return p;
+/* Dies with a word on the shell's first stderr: what comes on its input can no longer be trusted. */
+static void give_up(const char *why) {
+  dprintf(error_fd, "sandshell: %s; a new shell starts\n", why);
+  exit_shell(2);
 }
 
-/* A builtin called as the shell would call it (`declare -f` prints a `declare -f NAME` line after
-   each function when it takes itself for `export` or `readonly`). */
+/* A builtin called as the shell calls it (`declare -f` prints `declare -f NAME` lines after the
+   functions when it takes itself for `export` or `readonly`). */
 static int run_builtin(sh_builtin_func_t *f, char *name, const char *option) {
   char *was = this_command_name;
   sh_builtin_func_t *was_builtin = this_shell_builtin;
-  WORD_LIST *args = make_word_list(make_word(option), NULL);
-  this_command_name = name;
-  this_shell_builtin = f;
+  WORD_LIST *args = option ? make_word_list(make_word(option), NULL) : NULL;
+  this_command_name = name, this_shell_builtin = f;
   int r = f(args);
-  this_command_name = was;
-  this_shell_builtin = was_builtin;
-  dispose_words(args);
+  this_command_name = was, this_shell_builtin = was_builtin;
+  if (args)
+    dispose_words(args);
   return r;
 }
 
-/* The state script, opened for a new copy: never through a link, never waiting on a FIFO; whatever
-   is there that is not a regular file (the model may put anything there) is taken away first. */
-static int open_state(const char *path) {
+/* A state file opened for a new copy: never through a link, never waiting on a FIFO; whatever is
+   there that is not a regular file (the model may put anything there) is taken away first. */
+static int open_state(const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", state_dir, name);
   for (int attempt = 0; attempt < 2; attempt++) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-    struct stat st;
-    if (fd >= 0 && syscall(SYS_fstat, fd, &st) == 0 /* not fstat(): glibc has it since 2.33 only */ && S_ISREG(st.st_mode))
+    struct stat st; /* fstat() through syscall(): glibc has the symbol since 2.33 only */
+    if (fd >= 0 && syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode))
       return fd;
     if (fd >= 0)
       close(fd);
@@ -274,83 +192,125 @@ static int open_state(const char *path) {
   return -1;
 }
 
+/* `declare -f` writes a function named like an assignment (`function a=b {...}` is allowed) as
+   `a=b () ...`, which reads back as an assignment and stops the restore there: such names get
+   `function ` in front. */
+static char *keyword_names(char *text, size_t *len) {
+  SHELL_VAR **all = all_shell_functions();
+  for (SHELL_VAR **v = all; v && *v; v++) {
+    if (legal_identifier((*v)->name))
+      continue;
+    size_t n = strlen((*v)->name);
+    for (char *at = text; (at = strstr(at, (*v)->name)) != NULL; at += n)
+      if ((at == text || at[-1] == '\n') && strncmp(at + n, " () \n", 5) == 0) {
+        char *grown = malloc(*len + 10);
+        if (grown == NULL)
+          break;
+        size_t before = (size_t)(at - text);
+        memcpy(grown, text, before);
+        memcpy(grown + before, "function ", 9);
+        memcpy(grown + before + 9, at, *len - before + 1);
+        free(text);
+        text = grown, *len += 9;
+        break;
+      }
+  }
+  free(all);
+  return text;
+}
+
 /* The exports and functions, as `export -p; declare -f` print them, into the next of the two state
    scripts (wrapper.STATE_SCRIPTS), ending with its number once written whole; skipped when they are
-   what was saved last (`write` 0: only remember them). The file is opened without following a
-   link or waiting on a FIFO. */
+   what was saved last (`write` 0: only remember them). */
 static void save_state(int write) {
-  char *text = NULL;
+  char *text = NULL, name[32], mark[64];
   size_t len = 0;
-  FILE *memory = open_memstream(&text, &len);
+  FILE *memory = open_memstream(&text, &len), *real = stdout;
   if (memory == NULL)
     return;
-  FILE *real = stdout;
   fflush(stdout);
   stdout = memory;
   run_builtin(export_builtin, "export", "-p");
   run_builtin(declare_builtin, "declare", "-f");
   stdout = real;
-  if (fclose(memory) != 0) {
-    free(text);
+  if (fclose(memory) != 0 || (text = keyword_names(text, &len)) == NULL)
     return;
-  }
   if (!write || (last_state != NULL && len == last_state_len && memcmp(text, last_state, len) == 0)) {
     free(last_state);
-    last_state = text;
-    last_state_len = len;
+    last_state = text, last_state_len = len;
     return;
   }
-  char path[4096], digits[32], mark[64];
   long n = saves + 1;
-  snprintf(path, sizeof path, "%s/state%ld.sh", state_dir, n % 2);
-  int fd = open_state(path);
-  if (fd < 0) {
-    free(text);
-    return;
-  }
-  int mlen = snprintf(mark, sizeof mark, "%s %ld\n", WHOLE, n);
-  int written = write_full(fd, text, len) == 0 && write_full(fd, mark, (size_t)mlen) == 0;
-  if (close(fd) != 0 || !written) { /* `ulimit -f`, a full disk: the other script, whole, is the last saved */
+  snprintf(name, sizeof name, "state%ld.sh", n % 2);
+  int fd = open_state(name), mlen = snprintf(mark, sizeof mark, "%s %ld\n", WHOLE, n);
+  int whole = fd >= 0 && write_full(fd, text, len) == 0 && write_full(fd, mark, (size_t)mlen) == 0;
+  if ((fd >= 0 && close(fd) != 0) || !whole) { /* `ulimit -f`, a full disk: the other one is the last */
     free(text);
     return;
   }
   saves = n;
-  bind_variable(counter, number(n, digits, sizeof digits), 0);
   free(last_state);
-  last_state = text;
-  last_state_len = len;
+  last_state = text, last_state_len = len;
 }
 
-static int ours(const char *trap) {
-  return trap == (char *)SIG_IGN || (trap != NULL && trap != (char *)SIG_DFL && strncmp(trap, "\\__ss_end", 9) == 0);
-}
-
-/* Run wrapper code (a readonly bash function) with the model's tracing and errexit set aside, and
-   `$_` as the command left it. */
-static void wrapper(const char *code) {
-  int x = echo_command_at_execute, v = echo_input_at_read, e = exit_immediately_on_error, u = unbound_vars_is_error;
-  const char *last = get_string_value("_");
-  char *underscore = last ? strdup(last) : NULL;
-  echo_command_at_execute = echo_input_at_read = exit_immediately_on_error = unbound_vars_is_error = 0;
-  parse_and_execute((char *)code, "sandshell", SEVAL_NOHIST | SEVAL_NOFREE);
-  echo_command_at_execute = x, echo_input_at_read = v, exit_immediately_on_error = e, unbound_vars_is_error = u;
-  if (underscore != NULL) {
-    bind_variable("_", underscore, 0);
-    free(underscore);
+/* `__ss_end`: the traps' part (EXIT, TERM, USR2): the state, then which save it goes with and where
+   the shell is (wrapper.CWD_FILE); `__ss_end exit N`: then `exit N`, through bash's own `exit`. */
+static int end_builtin(WORD_LIST *list) {
+  if (list && strcmp(list->word->word, "exit") == 0) {
+    struct builtin *exit_ = builtin_address_internal("exit", 1);
+    return exit_->function(list->next);
   }
+  save_state(1);
+  const char *cwd = get_string_value("PWD");
+  int fd = open_state("cwd");
+  if (fd >= 0) {
+    dprintf(fd, "%ld\n%s", saves, cwd ? cwd : "");
+    close(fd);
+  }
+  return 0;
 }
 
-/* The syntax check: parsed whole, nothing run; errors go to the shell's first stderr. */
+/* Our part of a trap put back in front of whatever the model's trap runs (`suffix` after it);
+   a trap that is ours already, or a signal the model ignores, is left as it is. */
+static void arm(int sig, const char *suffix) {
+  char *now = trap_list[sig];
+  if (now == (char *)SIG_IGN || (now != NULL && strncmp(now, END, sizeof END - 1) == 0))
+    return;
+  const char *model = now == NULL || now == (char *)SIG_DFL ? "" : now;
+  size_t size = sizeof END + strlen(model) + strlen(suffix) + 2;
+  char *trap = malloc(size);
+  if (trap == NULL)
+    return;
+  snprintf(trap, size, "%s%s%s%s", END, *model ? "\n" : "", model, suffix);
+  set_signal(sig, trap);
+  free(trap);
+}
+
+/* After each command: no function of the model's stands in for `__ss_end`, the builtin is enabled,
+   and the traps that run it are set. */
+static void rearm(void) {
+  if (find_function(END) != NULL)
+    unbind_func(END);
+  struct builtin *end = builtin_address_internal(END, 1);
+  if (end != NULL)
+    end->flags |= BUILTIN_ENABLED;
+  arm(EXIT_TRAP, "");
+  arm(SIGUSR2, "\n" END " exit 143");
+}
+
+/* The syntax check: parsed whole, nothing run (whatever `set -n` the model left), extended
+   patterns allowed (a command may turn `extglob` on before it uses them); errors go to the shell's
+   first stderr. */
 static int parses(char *command) {
-  int saved = fcntl(2, F_DUPFD_CLOEXEC, 10);
+  int saved = fcntl(2, F_DUPFD_CLOEXEC, 10), extglob = extended_glob;
   dup2(error_fd, 2);
+  extended_glob = 1;
   int r = parse_and_execute(command, "eval", SEVAL_NOHIST | SEVAL_NOFREE | SEVAL_RESETLINE | SEVAL_PARSEONLY);
-  if (saved >= 0) {
-    dup2(saved, 2);
-    close(saved);
-  } else {
+  extended_glob = extglob;
+  if (saved >= 0)
+    dup2(saved, 2), close(saved);
+  else
     close(2);
-  }
   return r == 0;
 }
 
@@ -358,70 +318,81 @@ static int hexval(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-static int parse_fd(WORD_LIST *w) {
-  return w && w->word->word[0] >= '0' && w->word->word[0] <= '9' ? atoi(w->word->word) : -1;
+/* The next command, checked: read from the input the loop started with, its tag right; `clean`:
+   it holds no NUL byte (the agent refuses those: one here runs nothing). */
+static char *next_command(char *nonce, int *clean) {
+  char head[HEAD], expect[2 * TAG + 1];
+  struct stat st;
+  pending();
+  if (syscall(SYS_fstat, input_fd, &st) != 0 || st.st_dev != input_dev || st.st_ino != input_ino)
+    give_up("the shell's input was closed or replaced");
+  if (read_full(input_fd, head, HEAD) != 0)
+    exit_shell(last_command_exit_value);
+  size_t size = 0;
+  for (int i = NONCE; i < NONCE + LENGTH; i++) {
+    if (head[i] < '0' || head[i] > '9')
+      give_up("the shell's input is not the agent's");
+    size = size * 10 + (size_t)(head[i] - '0');
+  }
+  char *command = size <= COMMAND_MAX ? malloc(NONCE + LENGTH + size + 1) : NULL;
+  if (command == NULL || read_full(input_fd, command + NONCE + LENGTH, size) != 0)
+    give_up("the shell's input ended mid-command");
+  memcpy(command, head, NONCE + LENGTH);
+  tag(command, NONCE + LENGTH + size, expect);
+  if (memcmp(expect, head + NONCE + LENGTH, 2 * TAG) != 0)
+    give_up("a command came with a wrong tag");
+  memcpy(nonce, head, NONCE);
+  nonce[NONCE] = '\0';
+  memmove(command, command + NONCE + LENGTH, size);
+  command[size] = '\0';
+  *clean = memchr(command, '\0', size) == NULL;
+  return command;
 }
 
 static int loop_builtin(WORD_LIST *list) {
-  status_fd = parse_fd(list);
-  error_fd = parse_fd(list ? list->next : NULL);
-  WORD_LIST *rest = list && list->next ? list->next->next : NULL;
-  if (status_fd < 0 || error_fd < 0 || !rest || !rest->next || !rest->next->next) {
-    builtin_error("usage: __ss_loop STATUS_FD ERROR_FD STATE_DIR COUNTER SETUP");
+  WORD_LIST *w = list;
+  char *args[5];
+  for (int i = 0; i < 5; i++, w = w ? w->next : NULL)
+    args[i] = w ? w->word->word : NULL;
+  if (running || !args[4]) {
+    builtin_error(running ? "the loop runs already" : "usage: __ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP");
     return 2;
   }
-  state_dir = strdup(rest->word->word);
-  counter = strdup(rest->next->word->word);
-  char *setup = strdup(rest->next->next->word->word);
-  const char *saved = get_string_value(counter);
-  saves = saved ? atol(saved) : 0;
+  running = 1;
+  status_fd = atoi(args[0]), error_fd = atoi(args[1]), saves = atol(args[3]);
+  state_dir = strdup(args[2]);
+  char *setup = strdup(args[4]), hexkey[2 * sizeof key];
   /* The agent's channels reach no program the model starts; its input leaves fd 0 for /dev/null. */
-  /* Past the numbers scripts use (3-9) and bash saves its own on (10 and up), next to the
-     status channel (200) and the shell's first stderr (201). */
-  input_fd = fcntl(0, F_DUPFD_CLOEXEC, OWN_FDS);
   int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  input_fd = fcntl(0, F_DUPFD_CLOEXEC, OWN_FDS);
   null_fd = null < 0 ? -1 : fcntl(null, F_DUPFD_CLOEXEC, OWN_FDS);
-  if (null >= 0)
-    close(null);
+  close(null);
   fcntl(status_fd, F_SETFD, FD_CLOEXEC);
   fcntl(error_fd, F_SETFD, FD_CLOEXEC);
-  if (input_fd < 0 || null_fd < 0) {
-    builtin_error("cannot set up the command loop: %s", strerror(errno));
-    return 2;
-  }
-  char hexkey[2 * sizeof key];
+  struct stat st;
+  if (input_fd < 0 || null_fd < 0 || syscall(SYS_fstat, input_fd, &st) != 0)
+    give_up("the command loop cannot take its input");
+  input_dev = st.st_dev, input_ino = st.st_ino;
   if (read_full(input_fd, hexkey, sizeof hexkey) != 0)
     exit_shell(2);
   for (size_t i = 0; i < sizeof key; i++) {
     int hi = hexval(hexkey[2 * i]), lo = hexval(hexkey[2 * i + 1]);
     if (hi < 0 || lo < 0)
-      exit_shell(2);
+      give_up("the shell's key is not the agent's");
     key[i] = (uint8_t)(hi << 4 | lo);
   }
   dup2(null_fd, 0);
   parse_and_execute(setup, "sandshell", SEVAL_NOHIST);
+  arm(SIGTERM, "\n" END " exit 143"); /* TERM (`kill $$`) ends the command line too, until the model sets its own */
+  rearm();
   save_state(0); /* what the state scripts hold already (or what a new shell starts with) */
-  char head[NONCE + LENGTH], nonce[NONCE + 1];
-  int last = 0;
-  for (;;) {
-    if (read_full(input_fd, head, sizeof head) != 0)
-      exit_shell(last);
-    memcpy(nonce, head, NONCE);
-    nonce[NONCE] = '\0';
-    size_t size = 0;
-    for (int i = NONCE; i < NONCE + LENGTH; i++) {
-      if (head[i] < '0' || head[i] > '9')
-        exit_shell(2); /* not the agent's framing: nothing more of this input can be trusted */
-      size = size * 10 + (size_t)(head[i] - '0');
-    }
-    char *command = size <= COMMAND_MAX ? malloc(size + 1) : NULL;
-    if (command == NULL || read_full(input_fd, command, size) != 0)
-      exit_shell(2);
-    command[size] = '\0';
+  for (int last = 0;;) {
+    int clean;
+    char nonce[NONCE + 1], digits[32], *command = next_command(nonce, &clean);
     const char *how = "ran";
-    if (memchr(command, '\0', size) != NULL || !parses(command)) {
-      how = "syntax";
-      last = 2;
+    read_but_dont_execute = 0; /* a `set -n` lasts to the end of the command that set it */
+    if (!clean || !parses(command)) {
+      how = "syntax", last = 2;
     } else {
       if (dup2(null_fd, 0) < 0) /* the model closed it: stdin is then what it left on fd 0 */
         close(0);
@@ -430,13 +401,13 @@ static int loop_builtin(WORD_LIST *list) {
       unlink_fifo_list();
     }
     free(command);
+    read_but_dont_execute = 0;
     last_command_exit_value = last;
-    char digits[32];
     const char *cwd = get_string_value("PWD");
-    const char *fields[] = {number(last, digits, sizeof digits), cwd ? cwd : "", how};
+    snprintf(digits, sizeof digits, "%d", last);
+    const char *fields[] = {digits, cwd && strlen(cwd) <= CWD_MAX ? cwd : "", how};
     record(nonce, fields, 3);
-    if (!ours(trap_list[EXIT_TRAP]) || !ours(trap_list[SIGUSR2]))
-      wrapper("\\__ss_arm");
+    rearm();
     save_state(1);
     /* A signal that came meanwhile, before the word that the save is done: SIGXFSZ from the save
        under `ulimit -f 0` ends the shell here, and the agent, hearing no "done", starts a new one
@@ -466,15 +437,15 @@ static int enable_guard(WORD_LIST *list) {
 int __ss_loop_builtin_load(char *name) {
   (void)name;
   struct builtin *enable = builtin_address_internal("enable", 1);
-  if (enable != NULL && enable->function != enable_guard) {
-    real_enable = enable->function;
-    enable->function = enable_guard;
-  }
+  if (enable != NULL && enable->function != enable_guard)
+    real_enable = enable->function, enable->function = enable_guard;
   return 1;
 }
 
 static char *loop_doc[] = {"The sandshell agent's command loop.", NULL};
+static char *end_doc[] = {"What the sandshell agent's traps run: save the state (and exit).", NULL};
 
 struct builtin __ss_loop_struct = {
-    "__ss_loop", loop_builtin, BUILTIN_ENABLED, loop_doc, "__ss_loop STATUS_FD ERROR_FD STATE_DIR COUNTER SETUP", 0,
+    "__ss_loop", loop_builtin, BUILTIN_ENABLED, loop_doc, "__ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP", 0,
 };
+struct builtin __ss_end_struct = {END, end_builtin, BUILTIN_ENABLED, end_doc, END " [exit N]", 0};

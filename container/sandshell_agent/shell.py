@@ -10,7 +10,7 @@ import socket
 import subprocess
 
 from . import files, procs
-from .status import Status, StatusChannel
+from .status import Status, StatusChannel, tag
 from .wrapper import (
     ERROR_FD,
     EXEC_STATE,
@@ -151,7 +151,7 @@ class Shell:
             # (bash's own `ulimit`: the agent may not set another process's limits, the filter says so)
             prelude.insert(0, f"builtin ulimit -f {self.file_limit // 1024} || builtin exit 1")  # KiB, rounded down
         tag = secrets.token_hex(4)
-        prelude += functions(self.state_dir, tag, last_saved(self.state_dir)[0], loop=self.loop)
+        saved = last_saved(self.state_dir)[0]
         setup = restore_lines(self.state_dir) if restore else []
         # `builtin`: the model's functions are loaded by now, and a `cd` of its own must not run here.
         setup.append(f"builtin cd -- {shlex.quote(self.cwd)} 2>/dev/null")
@@ -159,11 +159,11 @@ class Shell:
             # Loaded and started before anything of the model's is back (it comes back in the loop's
             # setup): no function of its can stand in for them. Bash reads nothing more of its input
             # after this line; should the loop not start or ever return, the shell ends.
-            prelude.append(f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop || builtin exit 3")
-            args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), f"__ss_q_{tag}", shlex.quote("\n".join(setup)))
+            prelude.append(f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop __ss_end || builtin exit 3")
+            args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), saved, shlex.quote("\n".join(setup)))
             prelude.append(f"__ss_loop {' '.join(map(str, args))}; builtin exit 3")
         else:
-            prelude += [*setup[:-1], run_alias(tag), setup[-1]]
+            prelude += [*functions(self.state_dir, tag, saved), *setup[:-1], run_alias(tag), setup[-1]]
         self._send("\n".join(prelude) + "\n")
         if key is not None:  # the loop's first read, before any of the model's code is back: in no variable
             self._send(key.hex())
@@ -257,8 +257,10 @@ class Shell:
         """
         nonce = secrets.token_hex(16).encode()
         self.status.expect(nonce)
-        if self.loop:  # the loop reads the bytes as they are
-            self._send(b"%s%0*d%s" % (nonce, LENGTH_DIGITS, len(command), command))
+        if self.loop:  # the loop reads the bytes as they are, behind a tag it checks under the key
+            head = b"%s%0*d" % (nonce, LENGTH_DIGITS, len(command))
+            assert self.status.key is not None
+            self._send(head + tag(self.status.key, head + command) + command)
             return
         body = encode_command(command)
         self._send(b"%s%s%0*d%s" % (RUN_LINE, nonce, LENGTH_DIGITS, len(body), body))

@@ -30,7 +30,7 @@ BROKEN = wrapper.BROKEN.encode()
 
 TAG_BYTES = 16  # BLAKE2s, as bashloop.c computes it
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
-KEEP = 4096  # bytes of unmatched data kept while waiting for the real record
+KEEP = 16384  # bytes of unmatched data kept while waiting for the real record (the loop's are under 4.2 KB)
 
 
 class Status(NamedTuple):
@@ -38,6 +38,11 @@ class Status(NamedTuple):
     cwd: str
     syntax_error: bool
     broken: bool = False  # it did not run: the builtins the wrapper needs are disabled for good
+
+
+def tag(key: bytes, data: bytes) -> bytes:
+    """The compiled loop's tag of `data` under `key` (blake2s.h), as hex."""
+    return hashlib.blake2s(data, key=key, digest_size=TAG_BYTES).hexdigest().encode()
 
 
 def _parsed(rc_raw: bytes, cwd_raw: bytes, how: bytes) -> Status:
@@ -87,8 +92,7 @@ class StatusChannel:
         while (start := self.buf.find(nonce + b"\0", at)) >= 0:
             parts = bytes(self.buf[start:]).split(b"\0", fields + 2)
             if len(parts) == fields + 3:
-                mac = hashlib.blake2s(parts[0] + b"\0" + b"\0".join(parts[1 : fields + 1]) + b"\0", key=self.key,
-                                      digest_size=TAG_BYTES).hexdigest().encode()  # fmt: skip
+                mac = tag(self.key, b"\0".join(parts[: fields + 1]) + b"\0")
                 if hmac.compare_digest(mac, parts[fields + 1]):
                     del self.buf[:start]
                     return parts

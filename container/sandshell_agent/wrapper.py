@@ -98,14 +98,13 @@ def saved_cwd(state_dir: str) -> str | None:
     return cwd if number == str(last_saved(state_dir)[0]) and cwd.startswith("/") else None
 
 
-def functions(state_dir: str, tag: str, saved: int = 0, loop: bool = False) -> list[str]:
+def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
     """The wrapper's definitions for a new shell; `tag` makes its names unguessable, `saved` is the
-    number of the last state script saved (the new shell's saves go on from it). With `loop`, only
-    what the traps need: the compiled loop (bashloop.c) reads, checks, runs and reports each command."""
+    number of the last state script saved (the new shell's saves go on from it)."""
     st = shlex.quote(state_dir)
     c, n, h, t, r, k, u, q, e, m, z = (f"__ss_{v}_{tag}" for v in "cnhtrkuqemz")
     alias = run_alias(tag)
-    lines = [
+    return [
         f"{q}={int(saved)}",
         # The state a replacement shell starts from: saved after every command into the two state
         # scripts in turn (see STATE_SCRIPTS), each ending with its number once written whole.
@@ -172,7 +171,8 @@ def functions(state_dir: str, tag: str, saved: int = 0, loop: bool = False) -> l
         # (the agent starts a new one, which has the alias again).
         f"{RUN_NAME}() {{ builtin local -; builtin set +xveuE; \\__ss_get;"
         f" builtin printf '%s\\n' {UNRUN} >&{ERROR_FD}; builtin exit 2; }} 2>/dev/null",
-        f"builtin readonly -f __ss_save __ss_end __ss_arm1 __ss_arm {' '.join(BASH_ONLY if not loop else ())}",
+        "builtin readonly -f __ss_get __ss_parse __ss_save __ss_end __ss_arm1 __ss_arm __ss_in __ss_keep __ss_rc"
+        f" __ss_out {RUN_NAME}",
         # USR2 (the agent's, at a timeout or an interrupt) ends the whole command line (a loop, the
         # statements after it), not just its children; TERM (`kill $$`) ends it the same way. EXIT
         # first: a trap set before it and reset later (`trap - TERM`) would leave bash dying of the
@@ -180,13 +180,6 @@ def functions(state_dir: str, tag: str, saved: int = 0, loop: bool = False) -> l
         "builtin trap '\\__ss_end' EXIT; builtin trap '\\__ss_end; builtin exit 143' TERM USR2",
         f"{{ builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap; }} 2>/dev/null",
     ]
-    if loop:
-        lines = [line for line in lines if not line.startswith(BASH_ONLY)]
-    return lines
-
-
-# The wrapper's functions that only the bash path uses (the compiled loop does their work).
-BASH_ONLY = ("__ss_get", "__ss_parse", "__ss_in", "__ss_keep", "__ss_rc", "__ss_out", RUN_NAME)
 
 
 def run_alias(tag: str) -> str:
