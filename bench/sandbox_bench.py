@@ -211,9 +211,10 @@ def main() -> None:
     ap.add_argument("--transport", default="attach", choices=["attach", "unix", "tcp"])
     ap.add_argument("--tls-engine", action="store_true", help="on a second dockerd with mutual TLS")
     ap.add_argument("--ssh-engine", action="store_true", help="on this machine's engine through ssh://")
+    ap.add_argument("--shell-loop", default="auto", choices=["auto", "off"], help="off: the bash functions alone")
     args = ap.parse_args()
-    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600,
-                                                              transport=args.transport)  # fmt: skip
+    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    settings = settings.replace(transport=args.transport, shell_loop=args.shell_loop)
     if not args.tls_engine and not args.ssh_engine:
         return run(settings, args)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines
