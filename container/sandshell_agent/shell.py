@@ -74,10 +74,12 @@ LOOP_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bashloo
 
 def loop_loads(library: str = LOOP_LIBRARY) -> bool:
     """Whether this image's bash loads the compiled command loop (bashloop.c): it is built on the
-    host with the image, and a base image with another libc or an old bash may refuse it."""
+    host with the image, and a base image with another libc may refuse it. Bash 5 only: the loop
+    declares what it uses of bash as 5.0 to 5.3 have it (4.4 looks the same, and is untried)."""
     if not os.path.exists(library):
         return False
-    probe = ["/bin/bash", "--noprofile", "--norc", "-c", f"enable -f {shlex.quote(library)} __ss_loop"]
+    loads = f"enable -f {shlex.quote(library)} __ss_loop __ss_end && (( BASH_VERSINFO[0] == 5 ))"
+    probe = ["/bin/bash", "--noprofile", "--norc", "-c", loads]
     try:
         loaded = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
