@@ -193,3 +193,20 @@ def test_extended_patterns_turned_on_in_the_command_itself_pass_the_check(sb: Sa
     line did not yet allow `@(...)` on the next, and the command was refused."""
     r = sb.execute("shopt -s extglob\ncase ab in @(ab|cd)) echo matched;; esac\nshopt -u extglob")
     assert r.output == "matched\n" and not r.syntax_error, r
+
+
+@pytest.mark.parametrize("compiler", ["/nonexistent/cc", "false"])
+def test_no_working_compiler_builds_no_library_and_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiler: str
+) -> None:
+    """The image then builds without it (the agent runs the bash functions): never a traceback, and
+    never a library claimed that is not there."""
+    context = tmp_path / "context"
+    (context / "sandshell_agent").mkdir(parents=True)
+    for name in ("bashloop.c", "blake2s.h"):
+        (context / "sandshell_agent" / name).write_bytes((container_dir() / "sandshell_agent" / name).read_bytes())
+    monkeypatch.setenv("CC", compiler)
+    said: list[str] = []
+    assert not compile_loop(context, said.append)
+    assert len(said) == 1 and "without it" in said[0], said
+    assert not (context / "sandshell_agent" / "bashloop.so").exists()

@@ -164,9 +164,13 @@ def compile_loop(folder: Path, log: Log) -> bool:
     # No stack protector or fortified calls: the library must load under the oldest glibc an image may have.
     flags = ["-shared", "-fPIC", "-O2", "-fno-stack-protector", "-U_FORTIFY_SOURCE", "-Wall"]
     out = source.with_suffix(".so")
-    done = subprocess.run([compiler, *flags, "-o", str(out), str(source)], capture_output=True, text=True)
-    if done.returncode != 0:
-        log(f"could not compile the shell's loop ({done.stderr.strip()[-300:]}); the sandbox runs commands without it")
+    try:
+        done = subprocess.run([compiler, *flags, "-o", str(out), str(source)], capture_output=True, text=True)
+        why = (done.stderr.strip()[-300:] or f"exit status {done.returncode}") if done.returncode else ""
+    except OSError as e:  # CC names no program
+        why = f"{compiler}: {e.strerror}"
+    if why:
+        log(f"could not compile the shell's loop ({why}); the sandbox runs commands without it")
         out.unlink(missing_ok=True)
         return False
     return True

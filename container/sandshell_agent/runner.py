@@ -100,8 +100,6 @@ class Runner:
     def on_exit(self, key: selectors.SelectorKey) -> None:
         """Bash is gone. A status channel that closed while it was still ending was taken for `exec`:
         without this the loop learnt otherwise only at its next turn, up to a second later."""
-        if self.sel.get_map().get(key.fd) is not key:
-            return  # a shell replaced earlier in this turn of the loop (its pidfd's number may be the new one's)
         self.sel.unregister(key.fd)
         if self.replaced and self.cmd is not None:
             self._shell_ended()
@@ -173,7 +171,8 @@ class Runner:
         if self.shell.alive():
             # `exec` replaced the shell with another program: that program is the command now.
             execstate.keep(self.shell.pid, self.shell.state_dir)  # at once: it may end at once
-            self.sel.unregister(self.shell.status_r)
+            if self.shell.status_r in self.sel.get_map():
+                self.sel.unregister(self.shell.status_r)
             self.replaced = True
             return
         self._shell_ended()

@@ -233,6 +233,8 @@ class Agent:
             flowing = channel.client is not None and len(channel.outbuf) < OUTBUF_HIGH and channel.window.open()
             runner.watch_output(flowing)
             for key, mask in self.sel.select(self._timeout(time.monotonic())):
+                if self.sel.get_map().get(key.fd) is not key:
+                    continue  # unregistered (or its number reused) by an event before it in this turn
                 what = key.data
                 if what == "accept" and isinstance(channel, Channel):
                     channel.accept()
@@ -256,8 +258,8 @@ class Agent:
                     if runner.cmd is not None:  # what happened during it is its news
                         self._watch(time.monotonic(), ending=True)
                     runner.on_status()
-                elif what in ("stdout", "stderr") and key.fd in (runner.shell.stdout_r, runner.shell.stderr_r):
-                    runner.on_output(key.fd, what)  # (not a stale event of a shell replaced in this turn)
+                elif what in ("stdout", "stderr"):
+                    runner.on_output(key.fd, what)
             now = time.monotonic()
             channel.expire(now)
             self._watch(now)
