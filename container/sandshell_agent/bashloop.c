@@ -60,6 +60,8 @@ typedef struct variable {
 #define SEVAL_RESETLINE 0x010
 #define SEVAL_PARSEONLY 0x020
 #define EXIT_TRAP 0
+#define FUNC_MULTILINE 0x01
+#define FUNC_EXTERNAL 0x02
 
 extern int parse_and_execute(char *, const char *, int);
 extern int last_command_exit_value, read_but_dont_execute, extended_glob;
@@ -76,6 +78,7 @@ extern SHELL_VAR *find_function(const char *);
 extern SHELL_VAR **all_shell_functions(void);
 extern int unbind_func(const char *);
 extern int legal_identifier(const char *);
+extern char *named_function_string(char *, void *, int);
 extern WORD_DESC *make_word(const char *);
 extern WORD_LIST *make_word_list(WORD_DESC *, WORD_LIST *);
 extern void dispose_words(WORD_LIST *);
@@ -162,15 +165,13 @@ static void give_up(const char *why) {
 
 /* A builtin called as the shell calls it (`declare -f` prints `declare -f NAME` lines after the
    functions when it takes itself for `export` or `readonly`). */
-static int run_builtin(sh_builtin_func_t *f, char *name, const char *option) {
+static int run_builtin(sh_builtin_func_t *f, char *name, WORD_LIST *args) {
   char *was = this_command_name;
   sh_builtin_func_t *was_builtin = this_shell_builtin;
-  WORD_LIST *args = option ? make_word_list(make_word(option), NULL) : NULL;
   this_command_name = name, this_shell_builtin = f;
   int r = f(args);
   this_command_name = was, this_shell_builtin = was_builtin;
-  if (args)
-    dispose_words(args);
+  dispose_words(args);
   return r;
 }
 
@@ -192,31 +193,24 @@ static int open_state(const char *name) {
   return -1;
 }
 
-/* `declare -f` writes a function named like an assignment (`function a=b {...}` is allowed) as
-   `a=b () ...`, which reads back as an assignment and stops the restore there: such names get
-   `function ` in front. */
-static char *keyword_names(char *text, size_t *len) {
+/* The functions, as `declare -f` prints them; but `declare -f` writes a function named like an
+   assignment (`function a=b {...}` is allowed) as `a=b () ...`, which reads back as an assignment
+   and ended the restore there: such names are written after the others, with `function ` in front. */
+static void functions(void) {
   SHELL_VAR **all = all_shell_functions();
-  for (SHELL_VAR **v = all; v && *v; v++) {
-    if (legal_identifier((*v)->name))
-      continue;
-    size_t n = strlen((*v)->name);
-    for (char *at = text; (at = strstr(at, (*v)->name)) != NULL; at += n)
-      if ((at == text || at[-1] == '\n') && strncmp(at + n, " () \n", 5) == 0) {
-        char *grown = malloc(*len + 10);
-        if (grown == NULL)
-          break;
-        size_t before = (size_t)(at - text);
-        memcpy(grown, text, before);
-        memcpy(grown + before, "function ", 9);
-        memcpy(grown + before + 9, at, *len - before + 1);
-        free(text);
-        text = grown, *len += 9;
-        break;
-      }
-  }
+  WORD_LIST *legal = NULL;
+  size_t n = 0;
+  while (all && all[n])
+    n++;
+  for (size_t i = n; i-- > 0;)
+    if (legal_identifier(all[i]->name))
+      legal = make_word_list(make_word(all[i]->name), legal);
+  if (legal != NULL) /* (with no name, `declare -f` would print them all) */
+    run_builtin(declare_builtin, "declare", make_word_list(make_word("-f"), legal));
+  for (size_t i = 0; i < n; i++)
+    if (!legal_identifier(all[i]->name))
+      printf("function %s\n", named_function_string(all[i]->name, all[i]->value, FUNC_MULTILINE | FUNC_EXTERNAL));
   free(all);
-  return text;
 }
 
 /* The exports and functions, as `export -p; declare -f` print them, into the next of the two state
@@ -230,10 +224,10 @@ static void save_state(int write) {
     return;
   fflush(stdout);
   stdout = memory;
-  run_builtin(export_builtin, "export", "-p");
-  run_builtin(declare_builtin, "declare", "-f");
+  run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL));
+  functions();
   stdout = real;
-  if (fclose(memory) != 0 || (text = keyword_names(text, &len)) == NULL)
+  if (fclose(memory) != 0)
     return;
   if (!write || (last_state != NULL && len == last_state_len && memcmp(text, last_state, len) == 0)) {
     free(last_state);
