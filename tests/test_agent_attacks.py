@@ -230,3 +230,28 @@ def test_a_term_trap_set_by_the_timed_out_command_itself_does_not_let_its_line_g
     time.sleep(1.5)
     r = box.execute("ls /tmp/after-2 2>&1; echo $K2; pwd")
     assert "No such file" in r.output and r.output.endswith("1\n/etc\n"), r
+
+
+ZOMBIE_LEADER = r"""
+import ctypes, os, threading, time
+def work():
+    while True:
+        with open("/tmp/still-alive", "a") as f:
+            f.write("%d\n" % os.getpid())
+        time.sleep(0.2)
+threading.Thread(target=work).start()
+time.sleep(0.2)
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: only the main thread ends; /proc shows the process as a zombie
+"""
+
+
+def test_a_process_whose_main_thread_exited_is_still_killed_with_its_command(box: Sandbox) -> None:
+    """Its leader a zombie, its other threads running: the kill walk took it for dead and left it
+    writing after the result said timed out (an attacker's review found it; the disk watchdog's
+    and the process watchdog's kills share the walk)."""
+    box.write_file("/tmp/zombie.py", ZOMBIE_LEADER)
+    r = box.execute("setsid python3 /tmp/zombie.py >/dev/null 2>&1 & sleep 30", timeout=2)
+    assert r.timed_out, r
+    r = box.execute("sleep 0.5; wc -l < /tmp/still-alive; sleep 1; wc -l < /tmp/still-alive")
+    before, after = r.output.split()
+    assert before == after, f"a thread of the killed command is still writing: {r.output!r}"

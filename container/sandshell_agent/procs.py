@@ -15,8 +15,13 @@ def _ppid(pid: int) -> int | None:
         return None
     # The command name may contain spaces and parentheses: parse after the last ')'.
     fields = stat[stat.rfind(b")") + 2 :].split()
-    if len(fields) < 2 or fields[0] == b"Z":
-        return None  # a zombie is dead already: nothing to kill, only (as PID 1) to reap
+    if len(fields) < 18:
+        return None
+    # A zombie is dead already (nothing to kill, only, as PID 1, to reap) unless it is a leader whose
+    # own thread ended (a raw `SYS_exit`) while its other threads run on: that process is alive, and
+    # a kill of its pid ends them all.
+    if fields[0] == b"Z" and int(fields[17]) <= 1:
+        return None
     return int(fields[1])
 
 
