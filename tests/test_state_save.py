@@ -82,3 +82,32 @@ def test_a_timed_out_command_whose_shell_ended_it_first_keeps_its_state(sb: Sand
     r = sb.execute("echo $MINE; pwd; declare -f big | wc -c", timeout=3)
     assert r.output == f"1\n/etc\n{(20 << 20) + 20}\n", r
     sb.execute("trap - USR2; unset MINE; unset -f big; cd /app")
+
+
+def test_an_exported_posixly_correct_does_not_break_every_new_shell(sb: Sandbox) -> None:
+    """It turned posix mode on half way through the restore, where a function named `my-func` is an
+    error that ends a non-interactive shell: every replacement died in its setup and no command ran
+    again (an attacker's review found it)."""
+    sb.execute("my-func() { echo mine; }; keepme() { echo kept; }; export KEEP=1; export POSIXLY_CORRECT=1")
+    r = sb.execute("kill -9 $$", timeout=3)
+    assert r.restarted, r
+    r = sb.execute("echo ran $KEEP; keepme; my-func; [[ -o posix ]] && echo posix", timeout=3)
+    assert r.output == "ran 1\nkept\nmine\nposix\n" and not r.restarted, r
+    sb.execute("unset POSIXLY_CORRECT KEEP; set +o posix; unset -f my-func keepme")
+
+
+def test_a_function_with_extended_patterns_is_restored_with_those_after_it(sb: Sandbox) -> None:
+    """The state was read back with extglob off: a function using `@(x|y)` was a syntax error there,
+    and it and every function saved after it were lost, without a word."""
+    sb.execute("shopt -s extglob")  # (a line is parsed whole before it runs: on first, then the patterns)
+    r = sb.execute("a_first() { echo a; }; m() { case $1 in @(x|y)) echo xy;; esac; }; z_last() { echo z; }")
+    assert r.return_code == 0, r
+    sb.execute("export ZVAR=kept")
+    r = sb.execute("kill -9 $$", timeout=3)
+    assert r.restarted, r
+    r = sb.execute("a_first; m x; z_last; echo $ZVAR; shopt -q extglob && echo on", timeout=3)
+    assert r.output == "a\nxy\nz\nkept\non\n", r
+    sb.execute("shopt -u extglob; unset ZVAR; unset -f a_first m z_last")
+    r = sb.execute("kill -9 $$", timeout=3)
+    r = sb.execute("shopt -q extglob || echo off", timeout=3)  # and off when the model had it off
+    assert r.output == "off\n", r

@@ -64,7 +64,7 @@ typedef struct variable {
 #define FUNC_EXTERNAL 0x02
 
 extern int parse_and_execute(char *, const char *, int);
-extern int last_command_exit_value, read_but_dont_execute, extended_glob;
+extern int last_command_exit_value, read_but_dont_execute, extended_glob, posixly_correct;
 extern volatile sig_atomic_t terminating_signal;
 extern void termsig_handler(int);
 extern void run_pending_traps(void);
@@ -213,9 +213,9 @@ static void functions(void) {
   free(all);
 }
 
-/* The exports and functions, as `export -p; declare -f` print them, into the next of the two state
-   scripts (wrapper.STATE_SCRIPTS), ending with its number once written whole; skipped when they are
-   what was saved last (`write` 0: only remember them). */
+/* The exports and functions, as `export -p; declare -f` print them (with the two options reading them
+   back depends on), into the next of the two state scripts (wrapper.STATE_SCRIPTS), ending with its
+   number once written whole; skipped when they are what was saved last (`write` 0: only remember them). */
 static void save_state(int write) {
   char *text = NULL, name[32], mark[64];
   size_t len = 0;
@@ -225,7 +225,13 @@ static void save_state(int write) {
   fflush(stdout);
   stdout = memory;
   run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL));
+  /* Read back with bash's own defaults: an exported POSIXLY_CORRECT has just turned posix mode on
+     (where `function a=b` is an error that ends the shell: every replacement died in its setup),
+     and a function may use extended patterns (a syntax error without extglob, which ended the
+     restore there). After them, both options as the model had them. */
+  printf("builtin set +o posix; builtin shopt -s extglob\n");
   functions();
+  printf("builtin shopt -%c extglob; builtin set %co posix\n", extended_glob ? 's' : 'u', posixly_correct ? '-' : '+');
   stdout = real;
   if (fclose(memory) != 0)
     return;
