@@ -89,11 +89,12 @@ def test_an_exported_posixly_correct_does_not_break_every_new_shell(sb: Sandbox)
     error that ends a non-interactive shell: every replacement died in its setup and no command ran
     again (an attacker's review found it)."""
     sb.execute("my-func() { echo mine; }; keepme() { echo kept; }; export KEEP=1; export POSIXLY_CORRECT=1")
+    sb.execute("export SHELLOPTS")  # readonly: posix mode's `export SHELLOPTS=...` read back ended the shell too
     r = sb.execute("kill -9 $$", timeout=3)
     assert r.restarted, r
     r = sb.execute("echo ran $KEEP; keepme; my-func; [[ -o posix ]] && echo posix", timeout=3)
     assert r.output == "ran 1\nkept\nmine\nposix\n" and not r.restarted, r
-    sb.execute("unset POSIXLY_CORRECT KEEP; set +o posix; unset -f my-func keepme")
+    sb.execute("unset POSIXLY_CORRECT KEEP; set +o posix; export -n SHELLOPTS; unset -f my-func keepme")
 
 
 def test_a_function_with_extended_patterns_is_restored_with_those_after_it(sb: Sandbox) -> None:

@@ -224,14 +224,18 @@ static void save_state(int write) {
     return;
   fflush(stdout);
   stdout = memory;
+  int posix = posixly_correct;
+  posixly_correct = 0; /* `declare -x` lines: posix mode's `export X=...` of a readonly X (an exported
+                          SHELLOPTS) read back in posix mode is an error that ends the shell */
   run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL));
+  posixly_correct = posix;
   /* Read back with bash's own defaults: an exported POSIXLY_CORRECT has just turned posix mode on
      (where `function a=b` is an error that ends the shell: every replacement died in its setup),
      and a function may use extended patterns (a syntax error without extglob, which ended the
      restore there). After them, both options as the model had them. */
   printf("builtin set +o posix; builtin shopt -s extglob\n");
   functions();
-  printf("builtin shopt -%c extglob; builtin set %co posix\n", extended_glob ? 's' : 'u', posixly_correct ? '-' : '+');
+  printf("builtin shopt -%c extglob; builtin set %co posix\n", extended_glob ? 's' : 'u', posix ? '-' : '+');
   stdout = real;
   if (fclose(memory) != 0)
     return;

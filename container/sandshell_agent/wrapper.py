@@ -109,9 +109,10 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         # The state a replacement shell starts from: saved after every command into the two state
         # scripts in turn (see STATE_SCRIPTS), each ending with its number once written whole.
         f"__ss_save() {{ {q}=$(( {q} + 1 ));"
-        # (functions read back with bash's default options, then the model's: see bashloop.c's save_state)
-        f" {{ builtin export -p && builtin echo 'builtin set +o posix; builtin shopt -s extglob' && builtin declare -f"
-        f" && {{ builtin shopt -p extglob; builtin shopt -po posix; builtin true; }}"
+        # (exports as `declare -x` in any mode, functions read back with bash's default options, then
+        # the model's: see bashloop.c's save_state)
+        f" {{ builtin declare -px && builtin echo 'builtin set +o posix; builtin shopt -s extglob'"
+        f" && builtin declare -f && {{ builtin shopt -p extglob; builtin shopt -po posix; builtin true; }}"
         f" && builtin printf '%s %d\\n' '{WHOLE}' \"${q}\"; }}"
         f" >| {st}/state$(( {q} % 2 )).sh; }}",
         # ... and where the shell is, when it ends or is stopped (the traps below).
