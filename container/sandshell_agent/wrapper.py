@@ -111,7 +111,8 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f"__ss_save() {{ {q}=$(( {q} + 1 ));"
         # (exports as `declare -x` in any mode, functions read back with bash's default options, then
         # the model's: see bashloop.c's save_state)
-        f" {{ builtin declare -px && builtin echo 'builtin set +o posix; builtin shopt -s extglob'"
+        # (`shopt -p` fails for an option that is off: the group ends true, or `set -e` would end the shell)
+        f" {{ builtin declare -px && builtin printf '%s\\n' 'builtin set +o posix; builtin shopt -s extglob'"
         f" && builtin declare -f && {{ builtin shopt -p extglob; builtin shopt -po posix; builtin true; }}"
         f" && builtin printf '%s %d\\n' '{WHOLE}' \"${q}\"; }}"
         f" >| {st}/state$(( {q} % 2 )).sh; }}",
