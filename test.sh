@@ -17,6 +17,12 @@ if [ ! -x /usr/sbin/sshd ]; then
   { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; } \
     >.cache/logs/apt-sshd.log 2>&1 || { echo "sandshell: apt-get install openssh-server failed; see .cache/logs/apt-sshd.log" >&2; exit 1; }
 fi
-echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
-echo "== mypy" && .venv/bin/mypy
-echo "== pytest" && .venv/bin/pytest -p no:cacheprovider "$@"
+# One command a line: under `set -e` a failure inside an `a && b` list (not its last command) ends
+# nothing, and a lint error went by with the tests green.
+echo "== ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "== mypy"
+.venv/bin/mypy
+echo "== pytest"
+.venv/bin/pytest -p no:cacheprovider "$@"
