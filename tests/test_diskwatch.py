@@ -10,7 +10,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from sandshell_agent import inotify
+from sandshell_agent import inotify, openfiles
 from sandshell_agent.disktree import Tree
 
 
@@ -185,3 +185,51 @@ def test_a_slow_folder_kept_changing_does_not_hold_up_the_others(tmp_path: Path)
     (big / "sub" / "g").write_bytes(b"z" * 300_000)
     assert tree.measure(full=False) >= fresh(tmp_path)
     assert tree.measure(full=True) == fresh(tmp_path)  # a full measure settles the count
+
+
+def test_mapping_lines_are_read_as_the_kernel_writes_them() -> None:
+    """Names with spaces, deleted files, anonymous mappings and lines that are not the kernel's."""
+    line = "7f2691800000-7f2695800000 rw-s 00001000 00:33 803945                     /root/a b (deleted)\n"
+    m = openfiles.mapping(line)
+    assert m == openfiles.Mapping(os.makedev(0, 0x33), 803945, 0x1000 + 0x4000000, "/root/a b (deleted)", True)
+    lib = openfiles.mapping("7f26-7f27 r--p 00000000 fd:01 12  /usr/lib/x.so\n")
+    assert lib is not None and not lib.shared_writable and lib.path == "/usr/lib/x.so"
+    anonymous = ("7f26-7f27 rw-p 00000000 00:00 0 ", "7f26-7f27 rw-s 0 00:01 0 [heap]")
+    for junk in (*anonymous, "", "x y", "zz-b rw-s 0 0:0 1 /f", "1-2 rw-s 0 00:01 1"):
+        assert openfiles.mapping(junk) is None
+
+
+def test_a_look_counts_a_deleted_file_only_a_mapping_holds_and_flushes_a_mapped_one(tmp_path: Path) -> None:
+    dev = tmp_path.stat().st_dev
+    gone, kept = tmp_path / "gone", tmp_path / "kept"
+    with gone.open("wb+") as f:
+        f.truncate(1 << 20)
+        held = mmap.mmap(f.fileno(), 1 << 20)  # (Python's mmap keeps a descriptor too: counted either way)
+    before = openfiles.look(dev).held
+    gone.unlink()
+    with kept.open("wb+") as f:
+        f.truncate(1 << 20)
+        mapped = mmap.mmap(f.fileno(), 1 << 20)
+    try:
+        held[:] = b"x" * (1 << 20)
+        mapped[:] = b"y" * (1 << 20)
+        seen = openfiles.look(dev)
+        assert seen.held - before >= 1 << 20
+        assert str(kept) in seen.written and str(gone) not in seen.written
+    finally:
+        held.close()
+        mapped.close()
+
+
+def test_a_mapped_file_replaced_by_a_fifo_or_a_link_is_not_opened(tmp_path: Path) -> None:
+    """The model may put anything where a mapped file was: nothing is followed or opened blocking."""
+    real = tmp_path / "real"
+    real.write_bytes(b"x")
+    ino = real.stat().st_ino
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(real)
+    dev = tmp_path.stat().st_dev
+    assert openfiles._flush(str(real), dev, ino)
+    assert not openfiles._flush(str(tmp_path / "link"), dev, ino)
+    assert not openfiles._flush(str(tmp_path / "fifo"), dev, (tmp_path / "fifo").stat().st_ino)
+    assert not openfiles._flush(str(real), dev, ino + 1)  # another file now has the name

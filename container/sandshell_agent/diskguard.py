@@ -2,7 +2,8 @@
 
 A thread measures the bytes on disk under /app and under the container's root filesystem (not
 /app, /tmp or other mounts: /tmp is a sized tmpfs, which the kernel bounds itself), with the files
-the engine binds in (/etc/hosts and the like) and files deleted while still open (`disktree.py`).
+the engine binds in (/etc/hosts and the like), files deleted while still open or mapped, and files
+written through shared mappings, flushed so their blocks show (`disktree.py`, `openfiles.py`).
 inotify says which folders changed and only those are scanned again (a folder it cannot watch, by
 its mtime); a full measure for every 2 s a command runs catches what inotify does not report. It
 never spends more than a tenth of its time scanning. When an area grows past its
@@ -32,6 +33,10 @@ FULL_IDLE_WATCHED = 10.0  # ... unless inotify watches every folder: it reports 
 # As a command ends, a full measure, unless one was this recent (commands in a tight loop) or inotify
 # watches every folder (then only a write through mmap escapes it, for the next scheduled measure).
 FULL_AFTER_EVERY = 1.0
+# Files deleted while held open or mapped, and files written through mappings, seen only in /proc
+# (`openfiles.py`): looked at on their own clock, not only at the (rarer, costlier) full measures.
+LOOK_BUSY_EVERY = 0.25
+LOOK_IDLE_EVERY = 1.0
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp")  # (other mounts are left out by their device)
 # Files the engine binds in read-write from its own folders: on no filesystem the areas measure, yet
@@ -138,9 +143,12 @@ class DiskGuard:
         folder; never more often than ten times what a measure takes. Idle, when inotify watches
         every folder, a quick measure still every 50 ms (it costs nothing until something changes)
         and a full one every 10 s; when it does not, a quick one every 0.5 s and a full one every
-        2 s (a file made set-uid leaves no trace in its folder's mtime: only a full measure sees it)."""
-        quick = full = 0.0
-        last_quick = last_full = busy_since = float("-inf")
+        2 s (a file made set-uid leaves no trace in its folder's mtime: only a full measure sees it).
+        A look through /proc (files deleted while open or mapped, files written through mappings)
+        every 0.25 s while a command runs and every second idle, each followed by a quick measure;
+        a full measure looks too. Each clock is slowed to ten times what its work takes."""
+        quick = full = look = 0.0
+        last_quick = last_full = last_look = busy_since = float("-inf")
         was_busy = False
         while True:
             busy = self.busy.is_set()
@@ -155,10 +163,15 @@ class DiskGuard:
                 after = ended and since >= FULL_AFTER_EVERY and not a.tree.complete
                 if since >= full * 10 and (due or after):
                     full, last_full = self.check(a, full=True), now
-                    quick, last_quick = full / 4, now
+                    quick, last_quick, last_look = full / 4, now, now  # (a full measure looks first)
+                elif now - last_look >= max(LOOK_BUSY_EVERY if busy else LOOK_IDLE_EVERY, look * 10):
+                    began = time.monotonic()
+                    a.tree.look()
+                    look, last_look = time.monotonic() - began, now
+                    quick, last_quick = self.check(a, full=False), now  # at once: what it found counts now
                 elif now - last_quick >= max(BUSY_EVERY if busy or a.tree.complete else IDLE_EVERY, quick * 10):
                     quick, last_quick = self.check(a, full=False), now
             except Exception as e:  # a watchdog must not die: say so and go on
                 print(f"sandshell-agent: disk check failed: {e!r}", file=sys.stderr, flush=True)
-                last_quick = last_full = time.monotonic()
+                last_quick = last_full = last_look = time.monotonic()
             time.sleep(BUSY_EVERY)

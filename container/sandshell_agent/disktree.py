@@ -1,5 +1,6 @@
-"""Bytes on disk under a folder, measured again cheaply: what changed, from inotify, and files
-deleted while still open (the disk watchdog's measure; `diskguard.py` runs it)."""
+"""Bytes on disk under a folder, measured again cheaply: what changed, from inotify, and what /proc
+shows (`openfiles.py`: files deleted while still open, files written through mappings); the disk
+watchdog's measure, which `diskguard.py` runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import stat
 import time
 
-from . import inotify
+from . import inotify, openfiles
 
 SETID = stat.S_ISUID | stat.S_ISGID
 # A folder whose scan takes longer than SLOW_SCAN is scanned again by a quick measure only after ten
@@ -16,7 +17,6 @@ SETID = stat.S_ISUID | stat.S_ISGID
 # the files inotify names in it are looked at one by one.
 SLOW_SCAN = 0.005
 NAMED = 10_000
-HELD_FDS = 50_000  # the most open descriptors looked at in one full measure (for files deleted while open)
 
 
 class Tree:
@@ -39,11 +39,12 @@ class Tree:
         extra: tuple[str, ...] = (),
         held: bool = False,
     ) -> None:
-        """`extra`: files counted wherever they are; `held`: count the files on the root's filesystem
-        that were deleted while open (for the container's PID 1, which sees every process in it)."""
+        """`extra`: files counted wherever they are; `held`: look through /proc at the files on the root's
+        filesystem held open or mapped (for the container's PID 1, which sees every process in it)."""
         self.root, self.skip, self.strip_setid, self.extra = root, skip, strip_setid, extra
         self.count_held = held
-        self.held = 0  # bytes of files deleted while open, as of the last full measure
+        self.held = 0  # bytes of files deleted while open or mapped, as of the last look
+        self.written: dict[str, set[str]] = {}  # folder -> files written through mappings, since the last measure
         # path -> (mtime_ns, inode, bytes, subfolders)
         self.folders: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
         self.total = 0
@@ -53,12 +54,34 @@ class Tree:
         self.deferred: dict[str, dict[str, int]] = {}  # a slow folder not scanned again yet -> named files' bytes
 
     def measure(self, full: bool = True) -> int:
-        """The tree's bytes, with files deleted while still open (as of the last full measure) and
-        the `extra` files, wherever they are."""
+        """The tree's bytes, with files deleted while still open or mapped (as of the last look; a full
+        measure looks first) and the `extra` files, wherever they are."""
+        if full:
+            self.look()
         return self._measure_tree(full) + self.held + sum(_blocks(path) for path in self.extra)
+
+    def look(self) -> None:
+        """Look through /proc for what no folder shows (`openfiles.py`); the folders of files written
+        through mappings are measured again by the next measure, quick or full."""
+        if not self.count_held:
+            return
+        try:
+            dev = os.lstat(self.root).st_dev
+        except OSError:
+            return
+        seen = openfiles.look(dev)
+        self.held = seen.held
+        for path in seen.written:
+            folder, name = os.path.split(path)
+            self.written.setdefault(folder, set()).add(name)
 
     def _measure_tree(self, full: bool) -> int:
         dirty, lost = self.watches.changed()
+        for folder, written in self.written.items():
+            named = dirty.setdefault(folder, set())
+            if named is not None:
+                named |= written
+        self.written = {}
         for path in self.deferred:  # slow folders whose scan is still owed
             dirty.setdefault(path, set())
         if not full and self.complete and not dirty and not lost:
@@ -69,8 +92,6 @@ class Tree:
         except OSError:
             self.folders, self.total = {}, 0
             return 0
-        if full and self.count_held:
-            self.held = held_open(root.st_dev)
         total, stack = 0, [(self.root, root.st_ino)]
         seen: set[int] = set()
         known: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
@@ -206,30 +227,6 @@ def _blocks(path: str) -> int:
         return os.lstat(path).st_blocks * 512
     except OSError:
         return 0
-
-
-def held_open(dev: int) -> int:
-    """Bytes of regular files on `dev` that were deleted while a process still holds them open: they
-    take disk until the last descriptor closes, and no folder shows them. Only processes the agent
-    may look into count (its own uid, dumpable); at most HELD_FDS descriptors a call."""
-    total, seen, looked = 0, set(), 0
-    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            looked += 1
-            if looked > HELD_FDS:
-                return total
-            try:
-                st = os.stat(f"/proc/{pid}/fd/{fd}")  # the open file itself, even when no name is left
-            except OSError:
-                continue
-            if st.st_nlink == 0 and st.st_dev == dev and stat.S_ISREG(st.st_mode) and st.st_ino not in seen:
-                seen.add(st.st_ino)
-                total += st.st_blocks * 512
-    return total
 
 
 def usage(root: str, skip: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> int:
