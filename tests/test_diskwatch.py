@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 from sandshell_agent import inotify, openfiles
@@ -233,3 +234,25 @@ def test_a_mapped_file_replaced_by_a_fifo_or_a_link_is_not_opened(tmp_path: Path
     assert not openfiles._flush(str(tmp_path / "link"), dev, ino)
     assert not openfiles._flush(str(tmp_path / "fifo"), dev, (tmp_path / "fifo").stat().st_ino)
     assert not openfiles._flush(str(real), dev, ino + 1)  # another file now has the name
+
+
+def test_processes_past_a_looks_bounds_are_reached_by_the_next_looks(tmp_path: Path) -> None:
+    """A process with descriptors or mappings by the ten thousand must not hide the others for good:
+    with bounds that let one look read one descriptor, each look begins where the last one stopped."""
+    held = tmp_path / "held"
+    held.write_bytes(b"x" * (1 << 20))
+    with held.open("rb") as f:
+        child = subprocess.Popen(["sleep", "60"], stdin=f)  # the deleted file is its first descriptor
+    held.unlink()
+    try:
+        start, dev, looks = 0, tmp_path.stat().st_dev, len(os.listdir("/proc")) + 10
+        for _ in range(looks):
+            seen = openfiles.look(dev, start, fds=1, lines=1)
+            if seen.held >= 1 << 20:
+                break
+            start = seen.stopped_at
+        else:
+            raise AssertionError(f"{looks} looks never reached process {child.pid}")
+    finally:
+        child.kill()
+        child.wait()

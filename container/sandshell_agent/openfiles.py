@@ -14,6 +14,7 @@ Only processes the agent may look into count (its own uid, dumpable); everything
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 from typing import NamedTuple
@@ -35,6 +36,7 @@ class Mapping(NamedTuple):
 class Seen(NamedTuple):
     held: int  # bytes of files on the device deleted while open or mapped
     written: list[str]  # named files on the device mapped shared and writable, flushed just now
+    stopped_at: int  # the first process a bound left out (the next look begins there), or 0
 
 
 def mapping(line: str) -> Mapping | None:
@@ -53,22 +55,27 @@ def mapping(line: str) -> Mapping | None:
     return Mapping(os.makedev(major, minor), ino, offset + end - start, fields[5], writable)
 
 
-def look(dev: int) -> Seen:
-    """What the processes in this container hold on `dev`, beyond what its folders show."""
+def look(dev: int, start: int = 0, fds: int = HELD_FDS, lines: int = MAP_LINES) -> Seen:
+    """What the processes in this container hold on `dev`, beyond what its folders show, beginning
+    with the first process from pid `start` on (where the last look's bounds ended it, so that
+    processes with descriptors or mappings by the ten thousand cannot hide the others for good)."""
     held: dict[int, int] = {}  # inode -> bytes, deleted files held by a descriptor
     mapped: dict[int, int] = {}  # inode -> bytes mapped, deleted files held by a mapping
     written: dict[int, str] = {}  # inode -> path, named files mapped shared and writable
-    fds_left, lines_left = HELD_FDS, MAP_LINES
-    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
-        if fds_left > 0:
-            fds_left -= _descriptors(pid, dev, held, fds_left)
-        if lines_left > 0:
-            lines_left -= _mappings(pid, dev, mapped, written, lines_left)
+    fds_left, lines_left, stopped_at = fds, lines, 0
+    pids = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    at = bisect.bisect_left(pids, start)
+    for pid in pids[at:] + pids[:at]:
+        if fds_left <= 0 or lines_left <= 0:
+            stopped_at = pid
+            break
+        fds_left -= _descriptors(pid, dev, held, fds_left)
+        lines_left -= _mappings(pid, dev, mapped, written, lines_left)
     flushed = [path for ino, path in list(written.items())[:FLUSHES] if _flush(path, dev, ino)]
-    return Seen(sum(held.values()) + sum(n for ino, n in mapped.items() if ino not in held), flushed)
+    return Seen(sum(held.values()) + sum(n for ino, n in mapped.items() if ino not in held), flushed, stopped_at)
 
 
-def _descriptors(pid: str, dev: int, held: dict[int, int], most: int) -> int:
+def _descriptors(pid: int, dev: int, held: dict[int, int], most: int) -> int:
     try:
         fds = os.listdir(f"/proc/{pid}/fd")[:most]
     except OSError:
@@ -83,7 +90,7 @@ def _descriptors(pid: str, dev: int, held: dict[int, int], most: int) -> int:
     return len(fds)
 
 
-def _mappings(pid: str, dev: int, mapped: dict[int, int], written: dict[int, str], most: int) -> int:
+def _mappings(pid: int, dev: int, mapped: dict[int, int], written: dict[int, str], most: int) -> int:
     read = 0
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
