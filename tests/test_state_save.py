@@ -112,3 +112,24 @@ def test_a_function_with_extended_patterns_is_restored_with_those_after_it(sb: S
     r = sb.execute("kill -9 $$", timeout=3)
     r = sb.execute("shopt -q extglob || echo off", timeout=3)  # and off when the model had it off
     assert r.output == "off\n", r
+
+
+def test_a_saved_state_that_ends_every_new_shell_gives_way_to_a_fresh_one(sb: Sandbox) -> None:
+    """The state scripts are in the model's reach (root in the container): one that ends the shell
+    reading it back ended every replacement, and no command ran again. The next shell starts
+    without it, the result says so, and what is saved from then on is restored as before."""
+    sb.execute("cd /tmp && export KEPT=before")
+    plant = f"for f in {STATE}/state0.sh {STATE}/state1.sh; do [ -f $f ] && sed -i '1i builtin kill -9 $$' $f; done"
+    r = sb.execute(f"{plant}; kill -9 $$", timeout=3)  # (no trap: `exit` would save over it)
+    assert r.restarted, r
+    r = sb.execute("echo alive; pwd; echo ${KEPT:-lost}", timeout=3)
+    assert r.output == "alive\n/tmp\nlost\n" and r.return_code == 0, r
+    assert r.notice and "ended while it read the saved state back" in r.notice, r
+    assert "with the state saved before" not in r.notice, r
+    r = sb.execute("echo again", timeout=3)
+    assert r.output == "again\n" and not r.notice, r
+    r = sb.execute("cd /app && export NEW=1; exit 4", timeout=3)
+    assert r.restarted, r
+    r = sb.execute("echo $NEW; pwd", timeout=3)
+    assert r.output == "1\n/app\n" and not r.notice, r
+    sb.execute("unset NEW")

@@ -355,13 +355,14 @@ static char *next_command(char *nonce, int *clean) {
 
 static int loop_builtin(WORD_LIST *list) {
   WORD_LIST *w = list;
-  char *args[5];
-  for (int i = 0; i < 5; i++, w = w ? w->next : NULL)
+  char *args[6];
+  for (int i = 0; i < 6; i++, w = w ? w->next : NULL)
     args[i] = w ? w->word->word : NULL;
-  if (running || !args[4]) {
-    builtin_error(running ? "the loop runs already" : "usage: __ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP");
+  if (running || !args[5]) {
+    builtin_error(running ? "the loop runs already" : "usage: __ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP READY_FD");
     return 2;
   }
+  int ready_fd = atoi(args[5]);
   running = 1;
   status_fd = atoi(args[0]), error_fd = atoi(args[1]), saves = atol(args[3]);
   state_dir = strdup(args[2]);
@@ -387,6 +388,11 @@ static int loop_builtin(WORD_LIST *list) {
   }
   dup2(null_fd, 0);
   parse_and_execute(setup, "sandshell", SEVAL_NOHIST);
+  /* Through the setup, the saved state read back: a shell that ends before this byte died there
+     (the agent then starts a fresh one: so would every next shell that read it back). */
+  if (write(ready_fd, ".", 1) < 0) { /* (the agent reads no byte: a fresh shell next time) */
+  }
+  close(ready_fd);
   arm(SIGTERM, "\n" END " exit 143"); /* TERM (`kill $$`) ends the command line too, until the model sets its own */
   rearm();
   save_state(0); /* what the state scripts hold already (or what a new shell starts with) */

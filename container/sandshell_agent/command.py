@@ -57,6 +57,7 @@ class Command:
         self.output_limited = False
         self.phase: str | None = None  # None, "term", "kill", "wedged"
         self.phase_deadline = 0.0
+        self.rerun = False  # given again to a fresh shell: the one it went to died in its setup
 
     # -- output ------------------------------------------------------------------------------
     def feed(self, stream: str, data: bytes) -> None:

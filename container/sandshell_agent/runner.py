@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Any, Protocol
 
-from . import execstate, files, procs
+from . import execstate, files, procs, wrapper
 from .command import READ_BYTES, Command, Limits
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
@@ -47,10 +47,12 @@ class Runner:
         self.owner = files.Owner(workdir, *owner) if owner is not None and owner != (0, 0) else None
         self.user, self.host = who
         self.cmd: Command | None = None
+        self.command = b""  # the running command's text
         self.alive = procs.Alive()
         self.before: set[int] = set()  # the pids alive before the next command
         self.closed_fds: set[int] = set()
         self.replaced = False
+        self.fell_back = False  # the last shell started fresh: the saved state ended the one before
         self.notice: str | None = None  # news about the running command (a watchdog's)
         self.background: list[str] = []  # news from between commands, told with the next result
         self.start_shell(restore=False)
@@ -59,6 +61,14 @@ class Runner:
     def start_shell(self, restore: bool) -> None:
         self.closed_fds.clear()
         self.replaced = False
+        self.fell_back = restore and self.shell.proc is not None and not self.shell.finished_setup()
+        if self.fell_back:
+            # The last shell ended while it read the saved state back (or was killed there): so
+            # would every next one, and no command would run again. A fresh one, said with the result.
+            restore = False
+            news = f"a new shell ended while it read the saved state back; one started in {self.shell.cwd} without it"
+            self.notice = "; ".join(n for n in (self.notice, news + " (exports and functions are lost)") if n)
+            wrapper.forget(self.shell.state_dir)
         self.shell.start(restore=restore)
         if self.shell.unreachable:  # told with the command at hand, or the next one
             news = f"the new shell could not enter {self.shell.unreachable} (gone, or not permitted)"
@@ -114,6 +124,7 @@ class Runner:
         elif saved == "ended" or not self.shell.alive():  # (its channel closes as it dies: wait for its end)
             self._between(self._ended())
         self.cmd = Command(cid, timeout, self.before, self.limits)
+        self.command = command
         self.shell.run(command)
         self.give_input()
 
@@ -180,11 +191,17 @@ class Runner:
     def _shell_ended(self) -> None:
         """The shell exited (exit 3, kill -9 $$, set -e, an exec'd program ended): revive it."""
         code = self.shell.exit_code(wait=0.5)
+        unread = not self.shell.finished_setup()  # it died before it read the command (in its setup)
         if self.cmd is not None:
             self._drain_output()
         self._kill_stopped_tree()
         self.stop_shell()
         self.start_shell(restore=True)
+        if self.cmd is not None and unread and self.cmd.phase is None and not self.cmd.rerun:
+            self.cmd.rerun = True  # (once: a fresh shell that died too would not do better)
+            self.shell.run(self.command)  # in the fresh shell: nothing of it ran in the last one
+            self.give_input()
+            return
         if self.cmd is None:  # between commands (in its save, or killed from the background)
             self._later(self._ended(code))
         elif self.cmd.phase is not None:
@@ -208,7 +225,8 @@ class Runner:
 
     def _later(self, news: str) -> None:
         """News of a shell replaced between commands, for the next result."""
-        self.background.append(f"{news}; a new one started with the state saved before")
+        saved = "" if self.fell_back else " with the state saved before"
+        self.background.append(f"{news}; a new one started{saved}")
         del self.background[:-4]
 
     def _kill_stopped_tree(self) -> None:

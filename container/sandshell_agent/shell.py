@@ -116,6 +116,8 @@ class Shell:
         self.stderr_r = -1
         self.exit_fd = -1  # readable once bash has ended (a pidfd; -1 where the kernel has none)
         self.status = StatusChannel(-1, 0)
+        self.ready_r = -1  # bash writes one byte here as the last line of its setup (`finished_setup`)
+        self.setup_done = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
@@ -129,20 +131,24 @@ class Shell:
         out_r, out_w = _channel(OUTPUT_BUFFER)
         err_r, err_w = _channel(OUTPUT_BUFFER)
         self.control, control_r = _channel()
+        if self.ready_r >= 0:
+            os.close(self.ready_r)
+        self.ready_r, ready_w = os.pipe()
+        self.setup_done = False
 
         if restore:
             self.cwd = saved_cwd(self.state_dir) or self.cwd
         wanted = self.cwd
-        self.proc, self.cwd = self._spawn(control_r, out_w, err_w, status_w)
+        self.proc, self.cwd = self._spawn(control_r, out_w, err_w, (status_w, ready_w))
         self.unreachable = wanted if self.cwd != wanted else None
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         try:  # its status channel closes a moment before it is gone: this says when it is
             self.exit_fd = os.pidfd_open(self.proc.pid)
         except OSError:
             self.exit_fd = -1
-        for fd in (status_w, out_w, err_w, control_r):
+        for fd in (status_w, out_w, err_w, control_r, ready_w):
             os.close(fd)
-        for fd in (status_r, out_r, err_r, self.control):
+        for fd in (status_r, out_r, err_r, self.control, self.ready_r):
             os.set_blocking(fd, False)
         self.unsent.clear()
         self.status_r, self.stdout_r, self.stderr_r = status_r, out_r, err_r
@@ -162,15 +168,20 @@ class Shell:
             # setup): no function of its can stand in for them. Bash reads nothing more of its input
             # after this line; should the loop not start or ever return, the shell ends.
             prelude.append(f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop __ss_end || builtin exit 3")
-            args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), saved, shlex.quote("\n".join(setup)))
+            args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), saved, shlex.quote("\n".join(setup)), ready_w)
             prelude.append(f"__ss_loop {' '.join(map(str, args))}; builtin exit 3")
         else:
-            prelude += [*functions(self.state_dir, tag, saved), *setup[:-1], run_alias(tag), setup[-1]]
+            # (`exec`, not `builtin exec`, whose redirections last for that command only: a function of
+            # the model's named `exec` would keep the pipe open; the bash functions are the weaker way)
+            ready = f"builtin printf . >&{ready_w}; exec {ready_w}>&-"
+            prelude += [*functions(self.state_dir, tag, saved), *setup[:-1], run_alias(tag), setup[-1], ready]
         self._send("\n".join(prelude) + "\n")
         if key is not None:  # the loop's first read, before any of the model's code is back: in no variable
             self._send(key.hex())
 
-    def _spawn(self, stdin: int, stdout: int, stderr: int, status: int) -> tuple[subprocess.Popen[bytes], str]:
+    def _spawn(
+        self, stdin: int, stdout: int, stderr: int, keep: tuple[int, ...]
+    ) -> tuple[subprocess.Popen[bytes], str]:
         """Start bash in the cwd wanted, or where it can start: a folder the model made one it cannot
         enter (`chmod 000 .` where root has no CAP_DAC_OVERRIDE) must not take the agent down."""
         tried: list[str] = []
@@ -187,7 +198,7 @@ class Shell:
                     env=base_env(self.home),
                     cwd=where,
                     start_new_session=True,  # a signal to the agent's group never reaches it
-                    pass_fds=(status,),
+                    pass_fds=keep,
                     close_fds=True,
                 )
             except OSError:
@@ -204,6 +215,16 @@ class Shell:
                 os.kill(self.pid, STOP_SIGNAL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def finished_setup(self) -> bool:
+        """Whether this shell got through its setup (the saved state read back): one that ended
+        without its byte on the ready pipe died there, and so will the next one that reads it."""
+        if not self.setup_done and self.ready_r >= 0:
+            try:
+                self.setup_done = os.read(self.ready_r, 1) == b"."
+            except BlockingIOError:  # still held open: by a shell in its setup, or what that started
+                pass
+        return self.setup_done
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

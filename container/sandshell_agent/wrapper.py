@@ -92,6 +92,15 @@ def restore_lines(state_dir: str) -> list[str]:
     return [f"builtin [ -f {shlex.quote(p)} ] && builtin . {shlex.quote(p)} 2>/dev/null" for p in paths if p]
 
 
+def forget(state_dir: str) -> None:
+    """Drop the saved state: it ended the shell that read it back."""
+    for name in (*STATE_FILES, EXEC_STATE):
+        try:
+            os.unlink(os.path.join(state_dir, name))
+        except OSError:
+            pass
+
+
 def saved_cwd(state_dir: str) -> str | None:
     """Where the shell was when it ended or was replaced, if that was after the last save."""
     number, _, cwd = (files.read_text(os.path.join(state_dir, CWD_FILE), 8192)["content"] or "").partition("\n")
