@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "container"))
 from sandshell.sandbox.image import compile_loop
-from sandshell_agent.shell import EDITOR_STUBS
+from sandshell_agent.shellenv import EDITOR_STUBS
 from sandshell_agent.wrapper import (
     LENGTH_DIGITS,
     NONCE_CHARS,

@@ -8,7 +8,7 @@ import signal
 import time
 from typing import Any, Protocol
 
-from . import execstate, files, procs, wrapper
+from . import execstate, files, procs
 from .command import READ_BYTES, Command, Limits
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
@@ -47,12 +47,10 @@ class Runner:
         self.owner = files.Owner(workdir, *owner) if owner is not None and owner != (0, 0) else None
         self.user, self.host = who
         self.cmd: Command | None = None
-        self.command = b""  # the running command's text
         self.alive = procs.Alive()
         self.before: set[int] = set()  # the pids alive before the next command
         self.closed_fds: set[int] = set()
         self.replaced = False
-        self.fell_back = False  # the last shell started fresh: the saved state ended the one before
         self.notice: str | None = None  # news about the running command (a watchdog's)
         self.background: list[str] = []  # news from between commands, told with the next result
         self.start_shell(restore=False)
@@ -61,15 +59,10 @@ class Runner:
     def start_shell(self, restore: bool) -> None:
         self.closed_fds.clear()
         self.replaced = False
-        self.fell_back = restore and self.shell.proc is not None and not self.shell.finished_setup()
-        if self.fell_back:
-            # The last shell ended while it read the saved state back (or was killed there): so
-            # would every next one, and no command would run again. A fresh one, said with the result.
-            restore = False
+        self.shell.start(restore=restore)
+        if self.shell.fell_back:
             news = f"a new shell ended while it read the saved state back; one started in {self.shell.cwd} without it"
             self.notice = "; ".join(n for n in (self.notice, news + " (exports and functions are lost)") if n)
-            wrapper.forget(self.shell.state_dir)
-        self.shell.start(restore=restore)
         if self.shell.unreachable:  # told with the command at hand, or the next one
             news = f"the new shell could not enter {self.shell.unreachable} (gone, or not permitted)"
             news += f" and started in {self.shell.cwd}"
@@ -123,8 +116,7 @@ class Runner:
             self._between(f"the shell did not finish saving its state within {SAVE_WAIT:g} s of the last command")
         elif saved == "ended" or not self.shell.alive():  # (its channel closes as it dies: wait for its end)
             self._between(self._ended())
-        self.cmd = Command(cid, timeout, self.before, self.limits)
-        self.command = command
+        self.cmd = Command(cid, command, timeout, self.before, self.limits)
         self.shell.run(command)
         self.give_input()
 
@@ -199,7 +191,7 @@ class Runner:
         self.start_shell(restore=True)
         if self.cmd is not None and unread and self.cmd.phase is None and not self.cmd.rerun:
             self.cmd.rerun = True  # (once: a fresh shell that died too would not do better)
-            self.shell.run(self.command)  # in the fresh shell: nothing of it ran in the last one
+            self.shell.run(self.cmd.text)  # in the fresh shell: nothing of it ran in the last one
             self.give_input()
             return
         if self.cmd is None:  # between commands (in its save, or killed from the background)
@@ -212,10 +204,8 @@ class Runner:
 
     def _ended(self, code: int | None = None) -> str:
         code = self.shell.exit_code(wait=0.5) if code is None else code
-        if code is None:
-            return "the shell ended after the last command"
-        how = f"killed by signal {code - 128}" if code > 128 else f"exit status {code}"
-        return f"the shell ended after the last command ({how})"
+        how = "" if code is None else f" (killed by signal {code - 128})" if code > 128 else f" (exit status {code})"
+        return f"the shell ended after the last command{how}"
 
     def _between(self, news: str) -> None:
         """Replace a shell that ended or hung between commands (none of a command's processes to kill)."""
@@ -225,7 +215,7 @@ class Runner:
 
     def _later(self, news: str) -> None:
         """News of a shell replaced between commands, for the next result."""
-        saved = "" if self.fell_back else " with the state saved before"
+        saved = "" if self.shell.fell_back else " with the state saved before"
         self.background.append(f"{news}; a new one started{saved}")
         del self.background[:-4]
 

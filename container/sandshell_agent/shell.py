@@ -10,6 +10,7 @@ import socket
 import subprocess
 
 from . import files, procs
+from .shellenv import EDITOR_STUBS, base_env
 from .status import Status, StatusChannel, tag
 from .wrapper import (
     ERROR_FD,
@@ -20,53 +21,13 @@ from .wrapper import (
     STATUS_FD,
     STOP_SIGNAL,
     encode_command,
+    forget,
     functions,
     last_saved,
     restore_lines,
     run_alias,
     saved_cwd,
 )
-
-NONINTERACTIVE_ENV = {
-    "PAGER": "cat",
-    "GIT_PAGER": "cat",
-    "MANPAGER": "cat",
-    "SYSTEMD_PAGER": "cat",
-    "LESS": "-R",
-    "EDITOR": "true",
-    "VISUAL": "true",
-    "GIT_EDITOR": "true",
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_ASKPASS": "true",
-    "SSH_ASKPASS": "true",
-    "DEBIAN_FRONTEND": "noninteractive",
-    "PIP_PROGRESS_BAR": "off",
-    "PIP_NO_INPUT": "1",
-    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    "PIP_ROOT_USER_ACTION": "ignore",
-    "TQDM_DISABLE": "1",
-    "PYTHONUNBUFFERED": "1",
-    "TERM": "dumb",
-    "NO_COLOR": "1",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-}
-
-
-def base_env(home: str) -> dict[str, str]:
-    env = dict(NONINTERACTIVE_ENV)
-    env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    env["HOME"] = home
-    return env
-
-
-# Full-screen editors would wait on a terminal that is not there until the timeout: say so at once.
-EDITOR_STUBS = "\n".join(
-    f'{name}() {{ echo "sandshell: {name} needs a terminal; write files with a write action or a heredoc" >&2;'
-    " return 1; }"
-    for name in ("vi", "vim", "nano", "emacs", "pico")
-)
-
 
 OUTPUT_BUFFER = 1 << 20  # bash's stdout/stderr send buffer (default 208 KiB; the kernel doubles it)
 LOOP_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bashloop.so")  # built with the image
@@ -118,10 +79,17 @@ class Shell:
         self.status = StatusChannel(-1, 0)
         self.ready_r = -1  # bash writes one byte here as the last line of its setup (`finished_setup`)
         self.setup_done = False
+        self.fell_back = False  # this shell started fresh: the saved state ended the one before
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
+        # The last shell ended while it read the saved state back (or was killed there): so would
+        # every next one, and no command would run again. A fresh one (`fell_back`: the agent says so).
+        self.fell_back = restore and self.proc is not None and not self.finished_setup()
+        if self.fell_back:
+            restore = False
+            forget(self.state_dir)
         # A link or a FIFO the model put where bash saves its state would make every save write
         # through it or wait forever (each command then timed out); gone before bash starts.
         files.remove_unless_regular(self.state_dir, (*STATE_FILES, EXEC_STATE))
