@@ -262,6 +262,13 @@ HIDDEN = {
         "python3 /tmp/mm.py /app/mm gone",
         "rm -rf /app/mm",
     ),
+    # One fallocate call takes 40 MB in ~0.1 ms: 400 of them took 16 GB against a 50 MB limit, unseen
+    # (found by an attacker's review). The filter answers EOPNOTSUPP; glibc then writes a byte a block.
+    "gigabytes a call (posix_fallocate)": (
+        'python3 -c \'import os\nfor i in range(400): fd = os.open(f"/app/d/s{i}", os.O_WRONLY | os.O_CREAT);'
+        " os.posix_fallocate(fd, 0, 40_000_000); os.close(fd)'",
+        "rm -rf /app/d",
+    ),
     # Two, each under the file limit, seen only through /proc (every 0.25 s of a command; with a full
     # measure alone, every 2 s or less often under load, this failed late in the suite): ~4 s of writing
     # left past the limit before the line ends.
@@ -302,3 +309,22 @@ def test_the_workspace_limit_holds_in_other_modes_and_profiles(tmp_path: Path, p
         sb.execute("true")
         n = int(sb.execute("ls /app/m | wc -l").output)
         assert n * 1_000_000 <= LIMIT + MARGIN
+
+
+FALLOCATE = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/app/fa", os.O_RDWR | os.O_CREAT)
+os.write(fd, b"x" * 65536)
+print(libc.fallocate(fd, 0, 0, 1 << 20), ctypes.get_errno() == errno.EOPNOTSUPP)
+print(libc.fallocate(fd, 0x02 | 0x01, 0, 4096))  # PUNCH_HOLE | KEEP_SIZE: frees, allowed
+os.posix_fallocate(fd, 0, 1 << 20)  # emulated by glibc: still works
+print(os.fstat(fd).st_size)
+"""
+
+
+def test_fallocate_is_refused_but_posix_fallocate_and_punching_holes_work(box: tuple[Sandbox, Path]) -> None:
+    sb, _ = box
+    sb.write_file("/tmp/fa.py", FALLOCATE)
+    r = sb.execute("python3 /tmp/fa.py; rm -f /app/fa /tmp/fa.py")
+    assert r.output == f"-1 True\n0\n{1 << 20}\n", r
