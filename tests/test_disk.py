@@ -196,6 +196,36 @@ def test_more_folders_than_its_share_of_watches_neither_exhaust_the_host_nor_hid
     sb.execute("rm -rf /app/deep")
 
 
+# Found by an attacker's review of the look through /proc: a process whose main thread ended (raw
+# SYS_exit) while a worker writes shows no descriptor in its own /proc entry, only in its threads'.
+LEADER = """
+import ctypes, os, platform, threading, time
+def work():
+    time.sleep(0.3)
+    fds = []
+    for i in range(40):
+        fds.append(os.open(f"/app/lead{i}", os.O_RDWR | os.O_CREAT, 0o644))
+        os.unlink(f"/app/lead{i}")
+        os.write(fds[-1], b"x" * 2_000_000)
+        time.sleep(0.25)
+    time.sleep(5)
+    os._exit(0)
+threading.Thread(target=work).start()
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)  # exit: the main thread alone
+"""
+# ... and 64 small files mapped shared and writable by a process started first took every flush a look made.
+DECOYS = """
+import mmap, os, time
+os.makedirs("/root/decoys", exist_ok=True)
+maps = []
+for i in range(100):
+    fd = os.open(f"/root/decoys/d{i}", os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 4096)
+    maps.append(mmap.mmap(fd, 4096))
+    os.close(fd)
+time.sleep(3600)
+"""
+
 MMAP_WRITER = """
 import ctypes, mmap, os, sys, time
 where = sys.argv[1] if len(sys.argv) > 1 else "/app/mm"
@@ -258,6 +288,15 @@ HIDDEN = {
         "python3 /tmp/mm.py /root/mm",
         "rm -rf /root/mm",
     ),
+    "a mapped file behind 100 others mapped first (the flushes' bound)": (
+        "python3 /tmp/decoys.py & sleep 1; python3 /tmp/mm.py /root/mm",
+        "rm -rf /root/mm /root/decoys",
+    ),
+    "a mapped file in a folder whose name has a newline (maps shows it as \\012)": (
+        "python3 /tmp/mm.py $'/root/new\\nline'",
+        "rm -rf /root/new*",
+    ),
+    "deleted files held by a process whose main thread has ended": ("python3 /tmp/leader.py", "true"),
     "a deleted file only a mapping holds (no descriptor left)": (
         "python3 /tmp/mm.py /app/mm gone",
         "rm -rf /app/mm",
@@ -285,7 +324,8 @@ def test_disk_no_folder_shows_still_counts(box: tuple[Sandbox, Path], how: str) 
     sb, ws = box
     command, cleanup = HIDDEN[how]
     sb.execute("mkdir -p /app/d")
-    sb.write_file("/tmp/mm.py", MMAP_WRITER)
+    for name, script in (("mm", MMAP_WRITER), ("leader", LEADER), ("decoys", DECOYS)):
+        sb.write_file(f"/tmp/{name}.py", script)
     try:
         stopped_quickly(sb, ws, f"{command}; echo after", "_LIMIT")
     finally:

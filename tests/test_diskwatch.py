@@ -247,7 +247,7 @@ def test_processes_past_a_looks_bounds_are_reached_by_the_next_looks(tmp_path: P
     try:
         start, dev, looks = 0, tmp_path.stat().st_dev, len(os.listdir("/proc")) + 10
         for _ in range(looks):
-            seen = openfiles.look(dev, start, fds=1, lines=1)
+            seen = openfiles.look(dev, start, fds=1)
             if seen.held >= 1 << 20:
                 break
             start = seen.stopped_at

@@ -133,3 +133,18 @@ def test_a_saved_state_that_ends_every_new_shell_gives_way_to_a_fresh_one(sb: Sa
     r = sb.execute("echo $NEW; pwd", timeout=3)
     assert r.output == "1\n/app\n" and not r.notice, r
     sb.execute("unset NEW")
+
+
+def test_a_command_cannot_take_the_new_shells_ready_byte(sb: Sandbox) -> None:
+    """Found by an attacker's review: through the bash functions, a function of the model's named
+    `exec` kept the ready channel open in bash (its `exec N>&-` called the function); a command
+    reopened that pipe through /proc for reading, took the byte and killed the shell: the agent
+    dropped the saved state and ran the command again. A socket cannot be reopened (ENXIO)."""
+    sb.execute('exec() { builtin exec "$@"; }; export KEPT=yes', timeout=3)
+    sb.execute("kill -9 $$", timeout=3)  # a new shell, whose setup's `exec N>&-` calls that function
+    steal = "for f in /proc/$$/fd/*; do timeout 1 cat $f 2>/dev/null | head -c 1; done; kill -9 $$"
+    r = sb.execute(steal, timeout=5)
+    assert r.restarted and "." not in r.output, r
+    r = sb.execute("echo ${KEPT:-lost}", timeout=3)
+    assert r.output == "yes\n" and not r.notice, r
+    sb.execute("unset -f exec; unset KEPT")

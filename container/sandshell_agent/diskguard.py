@@ -68,6 +68,7 @@ class Area:
     def __post_init__(self) -> None:
         self.threshold = self.limit
         self.tree = Tree(self.root, self.skip, strip_setid=self.root == "/app", extra=self.extra, held=True)
+        self.tree.mapped_cap = self.limit
 
 
 class DiskGuard:

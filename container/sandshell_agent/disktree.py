@@ -44,7 +44,8 @@ class Tree:
         self.root, self.skip, self.strip_setid, self.extra = root, skip, strip_setid, extra
         self.count_held = held
         self.held = 0  # bytes of files deleted while open or mapped, as of the last look
-        self.look_from = 0  # the first process the last look through /proc left out at its bounds
+        self.look_from = self.flush_from = 0  # where the last look through /proc stopped at its bounds
+        self.mapped_cap = 0  # the most one file only a mapping holds counts (0: no cap)
         self.written: dict[str, set[str]] = {}  # folder -> files written through mappings, since the last measure
         # path -> (mtime_ns, inode, bytes, subfolders)
         self.folders: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
@@ -70,8 +71,8 @@ class Tree:
             dev = os.lstat(self.root).st_dev
         except OSError:
             return
-        seen = openfiles.look(dev, self.look_from)
-        self.held, self.look_from = seen.held, seen.stopped_at
+        seen = openfiles.look(dev, self.look_from, self.flush_from, self.mapped_cap)
+        self.held, self.look_from, self.flush_from = seen.held, seen.stopped_at, seen.flush_from
         for path in seen.written:
             folder, name = os.path.split(path)
             self.written.setdefault(folder, set()).add(name)

@@ -1,8 +1,9 @@
 """Disk no folder shows and inotify does not report, found through /proc.
 
 - Files deleted while a process still holds them open (a descriptor) or mapped (no descriptor left):
-  they take disk until the last one lets go. A file only mapped counts at the bytes mapped (an
-  overcount of a sparse file, never an undercount: its disk cannot grow past what is mapped).
+  they take disk until the last one lets go. A file only mapped counts at the bytes mapped, at most
+  the area's limit (its blocks cannot be read: an overcount of a sparse file, and an undercount of
+  one written further before it was mapped by a small window and deleted).
 - Files written through shared mappings: no write(2), so no inotify event, and on fuse-overlayfs
   their blocks show only once the kernel writes the pages back (seconds later, or never while the
   writer keeps them dirty: 64 MB written, 35 MB seen, for as long as it ran). Each is flushed here
@@ -20,8 +21,8 @@ import stat
 from typing import NamedTuple
 
 HELD_FDS = 50_000  # the most descriptors looked at in one look
-MAP_LINES = 100_000  # the most mapping lines read in one look
-FLUSHES = 64  # the most files written through mappings flushed in one look
+MAP_BYTES = 8 << 20  # the most text of /proc/PID/maps read in one look
+FLUSHES = 64  # the most files written through mappings flushed in one look (the next look goes on)
 DELETED = " (deleted)"
 
 
@@ -37,6 +38,7 @@ class Seen(NamedTuple):
     held: int  # bytes of files on the device deleted while open or mapped
     written: list[str]  # named files on the device mapped shared and writable, flushed just now
     stopped_at: int  # the first process a bound left out (the next look begins there), or 0
+    flush_from: int  # the first inode the flushes' bound left out, or 0
 
 
 def mapping(line: str) -> Mapping | None:
@@ -55,47 +57,69 @@ def mapping(line: str) -> Mapping | None:
     return Mapping(os.makedev(major, minor), ino, offset + end - start, fields[5], writable)
 
 
-def look(dev: int, start: int = 0, fds: int = HELD_FDS, lines: int = MAP_LINES) -> Seen:
+def look(dev: int, start: int = 0, flush_from: int = 0, cap: int = 0, fds: int = HELD_FDS) -> Seen:
     """What the processes in this container hold on `dev`, beyond what its folders show, beginning
     with the first process from pid `start` on (where the last look's bounds ended it, so that
-    processes with descriptors or mappings by the ten thousand cannot hide the others for good)."""
+    processes with descriptors or mappings by the ten thousand cannot hide the others for good);
+    the files to flush likewise from inode `flush_from` on. `cap`: the most a file only mapped counts."""
     held: dict[int, int] = {}  # inode -> bytes, deleted files held by a descriptor
     mapped: dict[int, int] = {}  # inode -> bytes mapped, deleted files held by a mapping
     written: dict[int, str] = {}  # inode -> path, named files mapped shared and writable
-    fds_left, lines_left, stopped_at = fds, lines, 0
+    fds_left, text_left, stopped_at = fds, MAP_BYTES, 0
     pids = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
     at = bisect.bisect_left(pids, start)
     for pid in pids[at:] + pids[:at]:
-        if fds_left <= 0 or lines_left <= 0:
+        if fds_left <= 0 or text_left <= 0:
             stopped_at = pid
             break
-        fds_left -= _descriptors(pid, dev, held, fds_left)
-        lines_left -= _mappings(pid, dev, mapped, written, lines_left)
-    flushed = [path for ino, path in list(written.items())[:FLUSHES] if _flush(path, dev, ino)]
-    return Seen(sum(held.values()) + sum(n for ino, n in mapped.items() if ino not in held), flushed, stopped_at)
+        base, names = _entry(pid)
+        fds_left -= _descriptors(base, names[:fds_left], dev, held)
+        text_left -= _mappings(base, dev, mapped, written, text_left)
+    inodes = sorted(written)
+    first = bisect.bisect_left(inodes, flush_from)
+    turn = (inodes[first:] + inodes[:first])[:FLUSHES]
+    flushed = [written[ino] for ino in turn if _flush(written[ino], dev, ino)]
+    later = inodes[first + FLUSHES] if len(inodes) > FLUSHES and first + FLUSHES < len(inodes) else 0
+    only_mapped = sum(min(n, cap) if cap else n for ino, n in mapped.items() if ino not in held)
+    return Seen(sum(held.values()) + only_mapped, flushed, stopped_at, later)
 
 
-def _descriptors(pid: int, dev: int, held: dict[int, int], most: int) -> int:
+def _entry(pid: int) -> tuple[str, list[str]]:
+    """Where /proc shows a process's descriptors and mappings, and its descriptors: its own entry, or,
+    once its main thread has ended (a zombie leader whose other threads write on: its own entry then
+    shows none), another thread's."""
+    base = f"/proc/{pid}"
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")[:most]
+        names = os.listdir(f"{base}/fd")
+        if names:
+            return base, names
+        for tid in os.listdir(f"{base}/task"):
+            if tid != str(pid):
+                return f"{base}/task/{tid}", os.listdir(f"{base}/task/{tid}/fd")
     except OSError:
-        return 0
-    for fd in fds:
+        pass
+    return base, []
+
+
+def _descriptors(base: str, names: list[str], dev: int, held: dict[int, int]) -> int:
+    for fd in names:
         try:
-            st = os.stat(f"/proc/{pid}/fd/{fd}")  # the open file itself, even when no name is left
+            st = os.stat(f"{base}/fd/{fd}")  # the open file itself, even when no name is left
         except OSError:
             continue
         if st.st_nlink == 0 and st.st_dev == dev and stat.S_ISREG(st.st_mode):
             held[st.st_ino] = st.st_blocks * 512
-    return len(fds)
+    return len(names)
 
 
-def _mappings(pid: int, dev: int, mapped: dict[int, int], written: dict[int, str], most: int) -> int:
+def _mappings(base: str, dev: int, mapped: dict[int, int], written: dict[int, str], most: int) -> int:
+    """Read a process's mappings, at most `most` characters of them (a path may be 4,096 long, and a
+    process may have 65,530 mappings); returns how many were read."""
     read = 0
     try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
+        with open(f"{base}/maps", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
-                read += 1
+                read += len(line)
                 if read > most:
                     break
                 m = mapping(line)
@@ -113,6 +137,8 @@ def _mappings(pid: int, dev: int, mapped: dict[int, int], written: dict[int, str
 def _flush(path: str, dev: int, ino: int) -> bool:
     """Write back the dirty pages of the file at `path`, if it is still that file (the model may have
     put a link, a FIFO or another file there: nothing is followed, opened blocking, or trusted)."""
+    if "\\012" in path and _flush(path.replace("\\012", "\n"), dev, ino):  # maps shows a newline so
+        return True
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:

@@ -101,7 +101,7 @@ class Shell:
         self.control, control_r = _channel()
         if self.ready_r >= 0:
             os.close(self.ready_r)
-        self.ready_r, ready_w = os.pipe()
+        self.ready_r, ready_w = _channel()  # (a socket: a pipe's end can be reopened through /proc for reading)
         self.setup_done = False
 
         if restore:
