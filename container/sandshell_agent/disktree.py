@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
 
 from . import inotify, openfiles
@@ -46,6 +47,7 @@ class Tree:
         self.held = 0  # bytes of files deleted while open or mapped, as of the last look
         self.look_from = self.flush_from = 0  # where the last look through /proc stopped at its bounds
         self.mapped_cap = 0  # the most one file only a mapping holds counts (0: no cap)
+        self.written_lock = threading.Lock()
         self.written: dict[str, set[str]] = {}  # folder -> files written through mappings, since the last measure
         # path -> (mtime_ns, inode, bytes, subfolders)
         self.folders: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
@@ -56,10 +58,8 @@ class Tree:
         self.deferred: dict[str, dict[str, int]] = {}  # a slow folder not scanned again yet -> named files' bytes
 
     def measure(self, full: bool = True) -> int:
-        """The tree's bytes, with files deleted while still open or mapped (as of the last look; a full
-        measure looks first) and the `extra` files, wherever they are."""
-        if full:
-            self.look()
+        """The tree's bytes, with files deleted while still open or mapped (as of the last look, which
+        the watchdog makes in a thread of its own) and the `extra` files, wherever they are."""
         return self._measure_tree(full) + self.held + sum(_blocks(path) for path in self.extra)
 
     def look(self) -> None:
@@ -73,17 +73,19 @@ class Tree:
             return
         seen = openfiles.look(dev, self.look_from, self.flush_from, self.mapped_cap)
         self.held, self.look_from, self.flush_from = seen.held, seen.stopped_at, seen.flush_from
-        for path in seen.written:
-            folder, name = os.path.split(path)
-            self.written.setdefault(folder, set()).add(name)
+        with self.written_lock:  # (the measure takes them from another thread)
+            for path in seen.written:
+                folder, name = os.path.split(path)
+                self.written.setdefault(folder, set()).add(name)
 
     def _measure_tree(self, full: bool) -> int:
         dirty, lost = self.watches.changed()
-        for folder, written in self.written.items():
+        with self.written_lock:
+            taken, self.written = self.written, {}
+        for folder, written in taken.items():
             named = dirty.setdefault(folder, set())
             if named is not None:
                 named |= written
-        self.written = {}
         for path in self.deferred:  # slow folders whose scan is still owed
             dirty.setdefault(path, set())
         if not full and self.complete and not dirty and not lost:
