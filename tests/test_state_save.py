@@ -148,3 +148,18 @@ def test_a_command_cannot_take_the_new_shells_ready_byte(sb: Sandbox) -> None:
     r = sb.execute("echo ${KEPT:-lost}", timeout=3)
     assert r.output == "yes\n" and not r.notice, r
     sb.execute("unset -f exec; unset KEPT")
+
+
+def test_a_shell_killed_while_it_reads_a_slow_state_back_keeps_the_state(sb: Sandbox) -> None:
+    """A command that times out while its shell still reads the saved state back (a big state, or
+    here a state script made slow once) kills that shell in its setup: the next one tries the state
+    again before it gives up on it, so one timeout does not cost the exports and functions."""
+    sb.execute("export KEPT=yes", timeout=3)
+    slow = "[ -e /tmp/slow ] && { rm -f /tmp/slow; sleep 10; }"
+    plant = f"touch /tmp/slow; for f in {STATE}/state0.sh {STATE}/state1.sh; do"
+    plant += f" [ -f $f ] && sed -i '1i {slow}' $f; done"
+    sb.execute(f"{plant}; kill -9 $$", timeout=3)
+    r = sb.execute("echo ran", timeout=2)
+    assert r.timed_out and "ran" not in r.output, r
+    r = sb.execute("echo ${KEPT:-lost}", timeout=3)
+    assert r.output == "yes\n" and "saved state" not in (r.notice or ""), r

@@ -27,6 +27,7 @@ from .wrapper import (
     restore_lines,
     run_alias,
     saved_cwd,
+    setup_done,
 )
 
 OUTPUT_BUFFER = 1 << 20  # bash's stdout/stderr send buffer (default 208 KiB; the kernel doubles it)
@@ -80,13 +81,19 @@ class Shell:
         self.ready_r = -1  # bash writes one byte here as the last line of its setup (`finished_setup`)
         self.setup_done = False
         self.fell_back = False  # this shell started fresh: the saved state ended the one before
+        self.killed_unready = False  # the agent killed it before its setup was through
+        self.tries = 0  # shells in a row killed in their setup and started again with the state
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
-        # The last shell ended while it read the saved state back (or was killed there): so would
-        # every next one, and no command would run again. A fresh one (`fell_back`: the agent says so).
-        self.fell_back = restore and self.proc is not None and not self.finished_setup()
+        # The last shell ended while it read the saved state back: so would every next one, and no
+        # command would run again. A fresh one (`fell_back`: the agent says so). One the agent killed
+        # there (a command timed out while a big state was read back) gets one more try first.
+        unready = restore and self.proc is not None and not self.finished_setup()
+        self.fell_back = unready and (not self.killed_unready or self.tries > 0)
+        self.tries = self.tries + 1 if unready and not self.fell_back else 0
+        self.killed_unready = False
         if self.fell_back:
             restore = False
             forget(self.state_dir)
@@ -141,7 +148,7 @@ class Shell:
         else:
             # (`exec`, not `builtin exec`, whose redirections last for that command only: a function of
             # the model's named `exec` would keep the pipe open; the bash functions are the weaker way)
-            ready = f"builtin printf . >&{ready_w}; exec {ready_w}>&-"
+            ready = f"builtin printf . >&{ready_w}; exec {ready_w}>&-; {setup_done(tag)}=1"
             prelude += [*functions(self.state_dir, tag, saved), *setup[:-1], run_alias(tag), setup[-1], ready]
         self._send("\n".join(prelude) + "\n")
         if key is not None:  # the loop's first read, before any of the model's code is back: in no variable
@@ -178,6 +185,7 @@ class Shell:
 
     def terminate(self) -> None:
         """Ask bash to end the running command line: it saves its state and exits (see the USR2 trap)."""
+        self.killed_unready = self.killed_unready or (self.alive() and not self.finished_setup())  # (no trap yet)
         if self.alive():
             try:
                 os.kill(self.pid, STOP_SIGNAL)
@@ -209,6 +217,7 @@ class Shell:
 
     def kill(self) -> None:
         """Kill bash and close its pipes."""
+        self.killed_unready = self.killed_unready or (self.alive() and not self.finished_setup())
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

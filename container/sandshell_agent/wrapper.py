@@ -112,6 +112,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
     number of the last state script saved (the new shell's saves go on from it)."""
     st = shlex.quote(state_dir)
     c, n, h, t, r, k, u, q, e, m, z = (f"__ss_{v}_{tag}" for v in "cnhtrkuqemz")
+    y = setup_done(tag)
     alias = run_alias(tag)
     return [
         f"{q}={int(saved)}",
@@ -126,7 +127,9 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f" && builtin printf '%s %d\\n' '{WHOLE}' \"${q}\"; }}"
         f" >| {st}/state$(( {q} % 2 )).sh; }}",
         # ... and where the shell is, when it ends or is stopped (the traps below).
-        f'__ss_end() {{ \\__ss_save; builtin printf "%s\\n%s" "${q}" "$PWD" >| {st}/{CWD_FILE}; }} 2>/dev/null',
+        # (not while the saved state is still being read back: a half-read state would replace it)
+        f"__ss_end() {{ [[ ${{{y}-}} ]] || builtin return 0; \\__ss_save;"
+        f' builtin printf "%s\\n%s" "${q}" "$PWD" >| {st}/{CWD_FILE}; }} 2>/dev/null',
         # Read the nonce, the length and the command (encode_command): `read -N` takes it in blocks,
         # where a read up to a delimiter, or with a timeout, takes a byte (and a select) at a time:
         # 100 KB took 145 ms, now 1 ms. The model's `TMOUT` (read's default timeout) is set aside;
@@ -194,6 +197,11 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         "builtin trap '\\__ss_end' EXIT; builtin trap '\\__ss_end; builtin exit 143' TERM USR2",
         f"{{ builtin trap -p EXIT USR2 >| {st}/trap; IFS= builtin read -r -d '' {e} < {st}/trap; }} 2>/dev/null",
     ]
+
+
+def setup_done(tag: str) -> str:
+    """The variable the new shell's setup sets as its last step: no save on the way out before it."""
+    return f"__ss_y_{tag}"
 
 
 def run_alias(tag: str) -> str:
