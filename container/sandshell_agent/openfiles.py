@@ -79,7 +79,7 @@ def look(dev: int, start: int = 0, flush_from: int = 0, cap: int = 0, fds: int =
     first = bisect.bisect_left(inodes, flush_from)
     turn = (inodes[first:] + inodes[:first])[:FLUSHES]
     flushed = [written[ino] for ino in turn if _flush(written[ino], dev, ino)]
-    later = inodes[first + FLUSHES] if len(inodes) > FLUSHES and first + FLUSHES < len(inodes) else 0
+    later = inodes[(first + FLUSHES) % len(inodes)] if len(inodes) > FLUSHES else 0
     only_mapped = sum(min(n, cap) if cap else n for ino, n in mapped.items() if ino not in held)
     return Seen(sum(held.values()) + only_mapped, flushed, stopped_at, later)
 
