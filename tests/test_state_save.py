@@ -114,13 +114,17 @@ def test_a_function_with_extended_patterns_is_restored_with_those_after_it(sb: S
     assert r.output == "off\n", r
 
 
+def planted(line: str) -> str:
+    """A command that puts `line` first in both state scripts (the model may write them: root inside)."""
+    return f"for f in {STATE}/state0.sh {STATE}/state1.sh; do [ -f $f ] && sed -i '1i {line}' $f; done"
+
+
 def test_a_saved_state_that_ends_every_new_shell_gives_way_to_a_fresh_one(sb: Sandbox) -> None:
     """The state scripts are in the model's reach (root in the container): one that ends the shell
     reading it back ended every replacement, and no command ran again. The next shell starts
     without it, the result says so, and what is saved from then on is restored as before."""
     sb.execute("cd /tmp && export KEPT=before")
-    plant = f"for f in {STATE}/state0.sh {STATE}/state1.sh; do [ -f $f ] && sed -i '1i builtin kill -9 $$' $f; done"
-    r = sb.execute(f"{plant}; kill -9 $$", timeout=3)  # (no trap: `exit` would save over it)
+    r = sb.execute(f"{planted('builtin kill -9 $$')}; kill -9 $$", timeout=3)  # (no trap: `exit` would save over it)
     assert r.restarted, r
     r = sb.execute("echo alive; pwd; echo ${KEPT:-lost}", timeout=3)
     assert r.output == "alive\n/tmp\nlost\n" and r.return_code == 0, r
@@ -155,10 +159,8 @@ def test_a_shell_killed_while_it_reads_a_slow_state_back_keeps_the_state(sb: San
     here a state script made slow once) kills that shell in its setup: the next one tries the state
     again before it gives up on it, so one timeout does not cost the exports and functions."""
     sb.execute("export KEPT=yes", timeout=3)
-    slow = "[ -e /tmp/slow ] && { rm -f /tmp/slow; sleep 10; }"
-    plant = f"touch /tmp/slow; for f in {STATE}/state0.sh {STATE}/state1.sh; do"
-    plant += f" [ -f $f ] && sed -i '1i {slow}' $f; done"
-    sb.execute(f"{plant}; kill -9 $$", timeout=3)
+    slow = planted("[ -e /tmp/slow ] && { rm -f /tmp/slow; sleep 10; }")
+    sb.execute(f"touch /tmp/slow; {slow}; kill -9 $$", timeout=3)
     r = sb.execute("echo ran", timeout=2)
     assert r.timed_out and "ran" not in r.output, r
     r = sb.execute("echo ${KEPT:-lost}", timeout=3)
