@@ -3,13 +3,17 @@ inotify, and that a quick measure after any change agrees with measuring everyth
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import random
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from sandshell_agent import inotify, openfiles
 from sandshell_agent.disktree import Tree
@@ -256,3 +260,113 @@ def test_processes_past_a_looks_bounds_are_reached_by_the_next_looks(tmp_path: P
     finally:
         child.kill()
         child.wait()
+
+
+HOLDER = """
+import ctypes, mmap, os, sys
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert libc.mmap(None, 1 << 20, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0) not in (None, 2**64 - 1)
+os.close(fd)
+os.unlink(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def _mmap_shared(size: int, fd: int) -> tuple[ctypes.CDLL, int]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    return libc, addr
+
+
+def test_a_deleted_file_only_mapped_counts_at_most_the_cap(tmp_path: Path) -> None:
+    """A mapping may reach far past its file's end: 1 TiB of a one-page file, deleted, with no
+    descriptor left. Its blocks cannot be read, so it counts at the bytes mapped, but at most `cap`
+    (the area's limit): an attacker's review saw the area 'grow' to 1 TiB in the notice."""
+    phantom = tmp_path / "phantom"
+    phantom.write_bytes(b"p" * 4096)
+    dev, cap, size = tmp_path.stat().st_dev, 16 << 20, 1 << 40
+    before = openfiles.look(dev, cap=cap).held
+    fd = os.open(phantom, os.O_RDONLY)
+    libc, addr = _mmap_shared(size, fd)
+    os.close(fd)
+    phantom.unlink()
+    try:
+        assert openfiles.look(dev).held - before >= size  # uncapped: the whole mapping
+        grew = openfiles.look(dev, cap=cap).held - before
+        assert cap <= grew < 2 * cap, f"a 1 TiB phantom counted {grew:,} bytes with a cap of {cap:,}"
+    finally:
+        libc.munmap(addr, size)
+
+
+def test_a_look_reads_a_bounded_text_of_mappings_and_still_reaches_every_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process may have 65,530 mappings, each named by a path of 4,096 bytes: a look reads at most
+    MAP_BYTES of that text (here made small), and the next looks go on past it to the others."""
+    deep = tmp_path
+    while len(str(deep)) < 3800:
+        deep = deep / ("d" * 200)
+    deep.mkdir(parents=True)
+    (deep / "f").write_bytes(b"x" * 4096)
+    hoarder = subprocess.Popen(  # ~1.6 MB of maps text: 400 mappings that cannot merge (same offset)
+        [sys.executable, "-c", "import mmap, sys; f = open(sys.argv[1], 'rb');"
+         " m = [mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ) for _ in range(400)];"
+         " print('ready', flush=True); sys.stdin.read()", str(deep / "f")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    gone = tmp_path / "gone"
+    gone.write_bytes(b"g" * (1 << 20))
+    holder = subprocess.Popen(  # a deleted file it holds by a mapping alone
+        [sys.executable, "-c", HOLDER, str(gone)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert hoarder.stdout is not None and hoarder.stdout.readline() == "ready\n"
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        most = 64 * 1024
+        monkeypatch.setattr(openfiles, "MAP_BYTES", most)
+        reads: list[int] = []
+        real = openfiles._mappings
+        monkeypatch.setattr(openfiles, "_mappings", lambda *a: (reads.append(real(*a)), reads[-1])[1])
+        dev, start, looks = tmp_path.stat().st_dev, 0, 4 * len(os.listdir("/proc")) + 40
+        for _ in range(looks):
+            reads.clear()
+            seen = openfiles.look(dev, start)
+            assert sum(reads) <= most + 4096 + 100, f"one look read {sum(reads):,} bytes of maps text"
+            if seen.held >= 1 << 20:
+                break
+            start = seen.stopped_at
+        else:
+            raise AssertionError(f"{looks} looks never reached process {holder.pid} past the hoarder")
+    finally:
+        for p in (hoarder, holder):
+            p.kill()
+            p.wait()
+
+
+def test_the_flushes_take_turns_round_every_mapped_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five files written through mappings, two flushes a look: each look goes on where the last one
+    stopped, round the end of the list and on, so no file is flushed twice before every other once."""
+    monkeypatch.setattr(openfiles, "FLUSHES", 2)
+    maps = []
+    for i in range(5):
+        with (tmp_path / f"w{i}").open("wb+") as f:
+            f.truncate(4096)
+            maps.append(mmap.mmap(f.fileno(), 4096))
+    try:
+        dev, flush_from, order = tmp_path.stat().st_dev, 0, []
+        for _ in range(10):
+            seen = openfiles.look(dev, flush_from=flush_from)
+            order += [Path(p).name for p in seen.written if p.startswith(str(tmp_path))]
+            flush_from = seen.flush_from
+        counts = {name: order.count(name) for name in sorted(set(order))}
+        assert len(counts) == 5 and max(counts.values()) - min(counts.values()) <= 1, f"flushed in turn: {order}"
+    finally:
+        for m in maps:
+            m.close()
