@@ -37,6 +37,10 @@ FULL_AFTER_EVERY = 1.0
 # (`openfiles.py`): looked at on their own clock, not only at the (rarer, costlier) full measures.
 LOOK_BUSY_EVERY = 0.25
 LOOK_IDLE_EVERY = 1.0
+# ... never more often than ten times what a look takes, but while a command runs, at most this long
+# after a look ends: a look made slow (0.3 s) spaced them 3 s apart, and a writer into a file deleted
+# while held went ~25 MB past a 50 MB limit at 8 MB/s meanwhile.
+LOOK_BUSY_GAP = 1.0
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp")  # (other mounts are left out by their device)
 # Files the engine binds in read-write from its own folders: on no filesystem the areas measure, yet
@@ -181,11 +185,16 @@ class DiskGuard:
         processes and descriptors make slow (0.2-0.7 s for 13 of 4,000; more for 60,000 mappings
         each) held up the quick measures of its area, and a plain writer went 540 MB past meanwhile.
         Every 0.25 s while a command runs, every second idle, and never more often than ten times
-        what a look takes; each area then measures at once."""
+        what a look takes, nor, while a command runs, more than LOOK_BUSY_GAP after the last one ended;
+        each area then measures at once."""
         last, took = float("-inf"), 0.0
         while True:
             now = time.monotonic()
-            if now - last >= max(LOOK_BUSY_EVERY if self.busy.is_set() else LOOK_IDLE_EVERY, took * 10):
+            if self.busy.is_set():
+                every = max(LOOK_BUSY_EVERY, min(took * 10, took + LOOK_BUSY_GAP))
+            else:
+                every = max(LOOK_IDLE_EVERY, took * 10)
+            if now - last >= every:
                 for a in self.areas:
                     try:
                         a.tree.look()
