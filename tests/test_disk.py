@@ -327,15 +327,26 @@ def test_disk_no_folder_shows_still_counts(box: tuple[Sandbox, Path], how: str) 
         sb.execute(cleanup)
 
 
-@pytest.mark.parametrize(("profile", "mode"), [("standard", "copy"), ("locked", "rw")])
-def test_the_workspace_limit_holds_in_other_modes_and_profiles(tmp_path: Path, profile: str, mode: str) -> None:
+# Locked, the agent runs as the model's uid with no capability: a folder the model made unreadable
+# and unsearchable hid what was written in it (an attacker's review: 300 MB under a `chmod 0300`
+# folder, 360 MB with /app itself made so, no notice).
+HIDE = "chmod 0300 /app/m; chmod 0300 /app;"
+
+
+@pytest.mark.parametrize(
+    ("profile", "mode", "hide"), [("standard", "copy", ""), ("locked", "rw", ""), ("locked", "rw", HIDE)]
+)
+def test_the_workspace_limit_holds_in_other_modes_and_profiles(
+    tmp_path: Path, profile: str, mode: str, hide: str
+) -> None:
     ws = tmp_path / "workspace"
     ws.mkdir()
     if profile == "locked" and os.geteuid() == 0:
         os.chown(ws, 1000, 1000)  # locked runs as the workspace's owner
     s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, profile=profile, workspace_mode=mode)
     with Sandbox(workspace=ws, settings=s) as sb:
-        cmd = "mkdir -p /app/m; for i in $(seq 1 300); do head -c 1000000 /dev/zero > /app/m/f$i; done; echo after"
+        cmd = f"mkdir -p /app/m; {hide} for i in $(seq 1 300); do head -c 1000000 /dev/zero > /app/m/f$i; done"
+        cmd += "; echo after"
         r = sb.execute(cmd, timeout=60)
         assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r
         # A trip the watchdog sees only after the command ended stops the next one (known, in the

@@ -47,7 +47,7 @@ def test_nothing_changed_means_nothing_scanned(tmp_path: Path) -> None:
     total = tree.measure()
     scans: list[str] = []
     real = tree._scan
-    tree._scan = lambda path, dev, seen: (scans.append(path), real(path, dev, seen))[1]  # type: ignore[method-assign]
+    tree._scan = lambda path, dev: (scans.append(path), real(path, dev))[1]  # type: ignore[method-assign]
     assert tree.measure(full=False) == total and scans == []
     (tmp_path / "d7" / "new").write_bytes(b"z" * 8192)
     assert tree.measure(full=False) == total + 8192
@@ -181,7 +181,7 @@ def test_a_slow_folder_kept_changing_does_not_hold_up_the_others(tmp_path: Path)
     assert str(big) in tree.slow, tree.slow  # 20,000 entries take more than SLOW_SCAN here
     scans: list[str] = []
     real = tree._scan
-    tree._scan = lambda path, dev, seen: (scans.append(path), real(path, dev, seen))[1]  # type: ignore[method-assign]
+    tree._scan = lambda path, dev: (scans.append(path), real(path, dev))[1]  # type: ignore[method-assign]
     (big / "0").write_bytes(b"x" * 100_000)  # a file grows in the slow folder
     (other / "f").write_bytes(b"y" * 200_000)  # and one elsewhere
     assert tree.measure(full=False) >= fresh(tmp_path)  # nothing missed (a named file counts on top)
@@ -370,3 +370,31 @@ def test_the_flushes_take_turns_round_every_mapped_file(tmp_path: Path, monkeypa
     finally:
         for m in maps:
             m.close()
+
+
+def test_a_file_of_many_links_counts_once_wherever_its_links_are(tmp_path: Path) -> None:
+    """From an attacker's review: write P/F, link it as P/sub/F while P changes too (both folders
+    scanned in one quick measure: F counted once, in P), then unlink P/F: P/sub is not scanned
+    again (nothing happened in it), so F counted nowhere. Repeated, 840 MiB went past 47.7 MiB
+    until the next full measure. Now every folder keeps its files of many links, counted once."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    for i in range(3):
+        f = tmp_path / f"f{i}"
+        f.write_bytes(b"x" * 1_000_000)
+        tree.measure(full=False)
+        os.link(f, sub / f.name)
+        (tmp_path / "touched").write_bytes(b"")
+        tree.measure(full=False)
+        f.unlink()
+        assert tree.measure(full=False) == fresh(tmp_path) >= (i + 1) * 1_000_000
+
+
+def test_every_file_counts_at_least_a_block(tmp_path: Path) -> None:
+    """Empty files take no block but an inode each: 300,000 of them counted 4.5 MB."""
+    before = fresh(tmp_path)
+    for i in range(1000):
+        (tmp_path / str(i)).touch()
+    assert fresh(tmp_path) - before >= 1000 * 4096

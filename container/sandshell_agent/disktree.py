@@ -8,6 +8,7 @@ import os
 import stat
 import threading
 import time
+from typing import NamedTuple
 
 from . import inotify, openfiles
 
@@ -18,6 +19,24 @@ SETID = stat.S_ISUID | stat.S_ISGID
 # the files inotify names in it are looked at one by one.
 SLOW_SCAN = 0.005
 NAMED = 10_000
+# Every file, folder and link counts at least one block: an empty file takes no block but an inode,
+# and 300,000 of them counted 4.5 MB (15 bytes each) while the host's free inodes, which the engine
+# needs too, fell by as many. So a limit bounds the files too: 4 GiB, a million.
+FLOOR = 4096
+
+
+class Folder(NamedTuple):
+    """A folder as the last measure found it."""
+
+    mtime_ns: int
+    ino: int
+    bytes: int  # its own blocks and its files', those with one link only
+    subfolders: list[tuple[str, int]]  # (path, inode)
+    linked: dict[int, int]  # inode -> bytes of every file in it with more than one link
+
+
+def _bytes(st: os.stat_result) -> int:
+    return max(st.st_blocks * 512, FLOOR)
 
 
 class Tree:
@@ -45,12 +64,10 @@ class Tree:
         self.root, self.skip, self.strip_setid, self.extra = root, skip, strip_setid, extra
         self.count_held = held
         self.held = 0  # bytes of files deleted while open or mapped, as of the last look
-        self.look_from = self.flush_from = 0  # where the last look through /proc stopped at its bounds
-        self.mapped_cap = 0  # the most one file only a mapping holds counts (0: no cap)
+        self.flush_from = 0  # the first file written through a mapping the last look's flushes left out
         self.written_lock = threading.Lock()
         self.written: dict[str, set[str]] = {}  # folder -> files written through mappings, since the last measure
-        # path -> (mtime_ns, inode, bytes, subfolders)
-        self.folders: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
+        self.folders: dict[str, Folder] = {}
         self.total = 0
         self.watches = inotify.Watches(inotify.share() if watch else 0)
         self.complete = False  # every folder watched, nothing lost since the last measure
@@ -62,17 +79,20 @@ class Tree:
         the watchdog makes in a thread of its own) and the `extra` files, wherever they are."""
         return self._measure_tree(full) + self.held + sum(_blocks(path) for path in self.extra)
 
-    def look(self) -> None:
-        """Look through /proc for what no folder shows (`openfiles.py`); the folders of files written
-        through mappings are measured again by the next measure, quick or full."""
+    def device(self) -> int | None:
+        """The device a look through /proc is made for (`openfiles.look_all`, for every tree at once),
+        or None: this tree does not count what processes hold, or its root is gone."""
         if not self.count_held:
-            return
+            return None
         try:
-            dev = os.lstat(self.root).st_dev
+            return os.lstat(self.root).st_dev
         except OSError:
-            return
-        seen = openfiles.look(dev, self.look_from, self.flush_from, self.mapped_cap)
-        self.held, self.look_from, self.flush_from = seen.held, seen.stopped_at, seen.flush_from
+            return None
+
+    def seen(self, seen: openfiles.Seen) -> None:
+        """What a look through /proc found on this tree's device; the folders of files written through
+        mappings are measured again by the next measure, quick or full."""
+        self.held, self.flush_from = seen.held, seen.flush_from
         with self.written_lock:  # (the measure takes them from another thread)
             for path in seen.written:
                 folder, name = os.path.split(path)
@@ -97,16 +117,16 @@ class Tree:
             self.folders, self.total = {}, 0
             return 0
         total, stack = 0, [(self.root, root.st_ino)]
-        seen: set[int] = set()
-        known: dict[str, tuple[int, int, int, list[tuple[str, int]]]] = {}
+        linked: dict[int, int] = {}  # a file of many links counts once, wherever they are
+        known: dict[str, Folder] = {}
         every = True
         while stack:
             path, ino = stack.pop()
             cached = self.folders.get(path)
             watched = self.watches.watched(path)
-            if cached is not None and cached[1] == ino and not full:
+            if cached is not None and cached.ino == ino and not full:
                 try:
-                    changed = path in dirty or (not watched and os.lstat(path).st_mtime_ns != cached[0])
+                    changed = path in dirty or (not watched and os.lstat(path).st_mtime_ns != cached.mtime_ns)
                 except OSError:
                     continue
                 if not changed:
@@ -124,13 +144,15 @@ class Tree:
                 except OSError:
                     continue
                 began = time.monotonic()
-                size, subfolders = self._scan(path, root.st_dev, seen)
+                size, subfolders, links = self._scan(path, root.st_dev)
                 self._scanned(path, time.monotonic() - began)
-                entry, excess = (st.st_mtime_ns, st.st_ino, size + st.st_blocks * 512, subfolders), 0  # with its own
+                entry, excess = Folder(st.st_mtime_ns, st.st_ino, size + _bytes(st), subfolders, links), 0
             every = every and watched
             known[path] = entry
-            total += entry[2] + excess
-            stack.extend(entry[3])
+            total += entry.bytes + excess
+            linked.update(entry.linked)
+            stack.extend(entry.subfolders)
+        total += sum(linked.values())
         self.folders, self.total = known, total
         self.deferred = {path: counted for path, counted in self.deferred.items() if path in known}
         self.complete = every and self.watches.active
@@ -153,14 +175,12 @@ class Tree:
         self.deferred.setdefault(path, {})
         return True
 
-    def _named(
-        self, path: str, names: set[str] | None, cached: tuple[int, int, int, list[tuple[str, int]]], dev: int
-    ) -> tuple[tuple[int, int, int, list[tuple[str, int]]], int]:
+    def _named(self, path: str, names: set[str] | None, cached: Folder, dev: int) -> tuple[Folder, int]:
         """A slow folder not scanned this time: its last scan, with the entries inotify named in it since
         looked at one by one (a new folder is walked, a file's bytes counted on top until the next
         scan: an overcount, never an undercount, of a file that already was there)."""
         counted = self.deferred[path]
-        subfolders = list(cached[3])
+        subfolders = list(cached.subfolders)
         have = {sub for sub, _ in subfolders}
         for name in names or ():
             child = os.path.join(path, name)
@@ -175,21 +195,36 @@ class Tree:
                 if child not in have and child not in self.skip:
                     subfolders.append((child, st.st_ino))
             elif len(counted) < NAMED or name in counted:
-                counted[name] = st.st_blocks * 512
+                counted[name] = _bytes(st)
                 if self.strip_setid and st.st_mode & SETID:
                     _strip_setid(child)
-        return (cached[0], cached[1], cached[2], subfolders), sum(counted.values())
+        return cached._replace(subfolders=subfolders), sum(counted.values())
 
-    def _scan(self, path: str, dev: int, seen: set[int]) -> tuple[int, list[tuple[str, int]]]:
-        size, subfolders = 0, []
+    def _scan(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int]]:
+        """A folder's files' bytes (those of one link), its subfolders, and its files of many links.
+        A folder the agent may not read or search, it makes readable and searchable for its owner
+        first, if it is the owner (see `_let_in`)."""
+        for tries in (1, 2):
+            size, subfolders, linked, denied = self._entries(path, dev)
+            if tries == 2 or not denied or not _let_in(path):
+                break
+        return size, subfolders, linked
+
+    def _entries(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int], bool]:
+        """What `_scan` returns, and whether the agent was denied the folder or a file in it."""
+        size, subfolders, linked = 0, [], {}  # type: tuple[int, list[tuple[str, int]], dict[int, int]]
         try:
             entries = os.scandir(path)
+        except PermissionError:
+            return 0, [], {}, True
         except OSError:
-            return 0, []
+            return 0, [], {}, False
         with entries:
             for e in entries:
                 try:
                     st = e.stat(follow_symlinks=False)
+                except PermissionError:
+                    return size, subfolders, linked, True
                 except OSError:
                     continue
                 if st.st_dev != dev:
@@ -197,15 +232,36 @@ class Tree:
                 if e.is_dir(follow_symlinks=False):
                     if e.path not in self.skip:
                         subfolders.append((e.path, st.st_ino))
-                elif st.st_nlink > 1 and st.st_ino in seen:
                     continue
+                if st.st_nlink > 1:
+                    linked[st.st_ino] = _bytes(st)
                 else:
-                    if st.st_nlink > 1:
-                        seen.add(st.st_ino)
-                    size += st.st_blocks * 512
-                    if self.strip_setid and st.st_mode & SETID:
-                        _strip_setid(e.path)
-        return size, subfolders
+                    size += _bytes(st)
+                if self.strip_setid and st.st_mode & SETID:
+                    _strip_setid(e.path)
+        return size, subfolders, linked, False
+
+
+def _let_in(path: str) -> bool:
+    """Give a folder that the agent (without CAP_DAC_READ_SEARCH: the locked profile, where it runs as
+    the model's own uid) may not list or search its owner's read and search bits back, if the agent is
+    that owner: files the model wrote under a `chmod 0300` folder counted nothing, 300 MB past a 50 MB
+    limit. Through the folder itself, never a link put in its place. Whether it changed anything."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid != os.geteuid() or mode & 0o500 == 0o500:
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", mode | 0o500)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _strip_setid(path: str) -> None:
@@ -228,7 +284,7 @@ def _strip_setid(path: str) -> None:
 
 def _blocks(path: str) -> int:
     try:
-        return os.lstat(path).st_blocks * 512
+        return _bytes(os.lstat(path))
     except OSError:
         return 0
 

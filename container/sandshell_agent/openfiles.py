@@ -37,7 +37,7 @@ class Mapping(NamedTuple):
 class Seen(NamedTuple):
     held: int  # bytes of files on the device deleted while open or mapped
     written: list[str]  # named files on the device mapped shared and writable, flushed just now
-    stopped_at: int  # the first process a bound left out (the next look begins there), or 0
+    stopped_at: int  # the first process a bound left out (the next look begins there), or 0 (`look` only)
     flush_from: int  # the first inode the flushes' bound left out, or 0
 
 
@@ -58,13 +58,20 @@ def mapping(line: str) -> Mapping | None:
 
 
 def look(dev: int, start: int = 0, flush_from: int = 0, cap: int = 0, fds: int = HELD_FDS) -> Seen:
-    """What the processes in this container hold on `dev`, beyond what its folders show, beginning
-    with the first process from pid `start` on (where the last look's bounds ended it, so that
-    processes with descriptors or mappings by the ten thousand cannot hide the others for good);
-    the files to flush likewise from inode `flush_from` on. `cap`: the most a file only mapped counts."""
-    held: dict[int, int] = {}  # inode -> bytes, deleted files held by a descriptor
-    mapped: dict[int, int] = {}  # inode -> bytes mapped, deleted files held by a mapping
-    written: dict[int, str] = {}  # inode -> path, named files mapped shared and writable
+    """`look_all` for one device."""
+    seen, stopped_at = look_all({dev: (flush_from, cap)}, start, fds)
+    return seen[dev]._replace(stopped_at=stopped_at)
+
+
+def look_all(devs: dict[int, tuple[int, int]], start: int = 0, fds: int = HELD_FDS) -> tuple[dict[int, Seen], int]:
+    """What the processes in this container hold on each device in `devs`, beyond what its folders
+    show, in one walk through /proc, beginning with the first process from pid `start` on (where the
+    last look's bounds ended it, so that processes with descriptors or mappings by the ten thousand
+    cannot hide the others for good), and the first process the bounds left out (or 0). `devs`: a
+    device's (inode the flushes begin with, the most a file only mapped counts)."""
+    held: dict[int, dict[int, int]] = {dev: {} for dev in devs}  # inode -> bytes, deleted files held by a descriptor
+    mapped: dict[int, dict[int, int]] = {dev: {} for dev in devs}  # inode -> bytes mapped, deleted, held by a mapping
+    written: dict[int, dict[int, str]] = {dev: {} for dev in devs}  # inode -> path, named, mapped shared and writable
     fds_left, text_left, stopped_at = fds, MAP_BYTES, 0
     pids = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
     at = bisect.bisect_left(pids, start)
@@ -73,15 +80,22 @@ def look(dev: int, start: int = 0, flush_from: int = 0, cap: int = 0, fds: int =
             stopped_at = pid
             break
         base, names = _entry(pid)
-        fds_left -= _descriptors(base, names[:fds_left], dev, held)
-        text_left -= _mappings(base, dev, mapped, written, text_left)
+        fds_left -= _descriptors(base, names[:fds_left], held)
+        text_left -= _mappings(base, mapped, written, text_left)
+    return {dev: _seen(dev, held[dev], mapped[dev], written[dev], *devs[dev]) for dev in devs}, stopped_at
+
+
+def _seen(
+    dev: int, held: dict[int, int], mapped: dict[int, int], written: dict[int, str], flush_from: int, cap: int
+) -> Seen:
+    """One device's share of a look: the flushes' turn taken from inode `flush_from` on."""
     inodes = sorted(written)
     first = bisect.bisect_left(inodes, flush_from)
     turn = (inodes[first:] + inodes[:first])[:FLUSHES]
     flushed = [written[ino] for ino in turn if _flush(written[ino], dev, ino)]
     later = inodes[(first + FLUSHES) % len(inodes)] if len(inodes) > FLUSHES else 0
     only_mapped = sum(min(n, cap) if cap else n for ino, n in mapped.items() if ino not in held)
-    return Seen(sum(held.values()) + only_mapped, flushed, stopped_at, later)
+    return Seen(sum(held.values()) + only_mapped, flushed, 0, later)
 
 
 def _entry(pid: int) -> tuple[str, list[str]]:
@@ -101,18 +115,18 @@ def _entry(pid: int) -> tuple[str, list[str]]:
     return base, []
 
 
-def _descriptors(base: str, names: list[str], dev: int, held: dict[int, int]) -> int:
+def _descriptors(base: str, names: list[str], held: dict[int, dict[int, int]]) -> int:
     for fd in names:
         try:
             st = os.stat(f"{base}/fd/{fd}")  # the open file itself, even when no name is left
         except OSError:
             continue
-        if st.st_nlink == 0 and st.st_dev == dev and stat.S_ISREG(st.st_mode):
-            held[st.st_ino] = st.st_blocks * 512
+        if st.st_nlink == 0 and st.st_dev in held and stat.S_ISREG(st.st_mode):
+            held[st.st_dev][st.st_ino] = st.st_blocks * 512
     return len(names)
 
 
-def _mappings(base: str, dev: int, mapped: dict[int, int], written: dict[int, str], most: int) -> int:
+def _mappings(base: str, mapped: dict[int, dict[int, int]], written: dict[int, dict[int, str]], most: int) -> int:
     """Read a process's mappings, at most `most` characters of them (a path may be 4,096 long, and a
     process may have 65,530 mappings); returns how many were read."""
     read = 0
@@ -123,12 +137,12 @@ def _mappings(base: str, dev: int, mapped: dict[int, int], written: dict[int, st
                 if read > most:
                     break
                 m = mapping(line)
-                if m is None or m.dev != dev:
+                if m is None or m.dev not in mapped:
                     continue
                 if m.path.endswith(DELETED):
-                    mapped[m.ino] = max(mapped.get(m.ino, 0), m.end)
+                    mapped[m.dev][m.ino] = max(mapped[m.dev].get(m.ino, 0), m.end)
                 elif m.shared_writable:
-                    written[m.ino] = m.path
+                    written[m.dev][m.ino] = m.path
     except OSError:
         pass
     return read
