@@ -32,7 +32,7 @@ class Limits:
 class Command:
     """Accounting for one command; the server feeds it bytes and asks it for frames."""
 
-    def __init__(self, cid: str, text: bytes, timeout: float, before: set[int], limits: Limits) -> None:
+    def __init__(self, cid: str, text: bytes, timeout: float, before: dict[int, int], limits: Limits) -> None:
         self.id = cid
         self.text = text
         self.timeout = timeout

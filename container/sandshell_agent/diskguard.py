@@ -140,7 +140,7 @@ class DiskGuard:
             os.write(self._wake_w, b"!")
         except BlockingIOError:
             pass
-        procs.kill_all(set(), shell, {os.getpid(), 1})
+        procs.kill_all({}, shell, {os.getpid(), 1})
         a.threshold = a.tree.measure() - a.baseline + SLACK
 
     def _watch(self, a: Area) -> None:

@@ -7,7 +7,9 @@ import signal
 import time
 
 
-def _ppid(pid: int) -> int | None:
+def _stat(pid: int) -> tuple[int, int] | None:
+    """A live process's parent pid and start time (clock ticks after boot: with the pid, which
+    processes reuse once the pids wrap, what tells one process from another)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -15,24 +17,24 @@ def _ppid(pid: int) -> int | None:
         return None
     # The command name may contain spaces and parentheses: parse after the last ')'.
     fields = stat[stat.rfind(b")") + 2 :].split()
-    if len(fields) < 18:
+    if len(fields) < 20:
         return None
     # A zombie is dead already (nothing to kill, only, as PID 1, to reap) unless it is a leader whose
     # own thread ended (a raw `SYS_exit`) while its other threads run on: that process is alive, and
     # a kill of its pid ends them all.
     if fields[0] == b"Z" and int(fields[17]) <= 1:
         return None
-    return int(fields[1])
+    return int(fields[1]), int(fields[19])
 
 
-def parents() -> dict[int, int]:
-    """Map every live pid in this pid namespace to its parent pid."""
-    out: dict[int, int] = {}
+def parents() -> dict[int, tuple[int, int]]:
+    """Map every live pid in this pid namespace to its parent pid and its start time."""
+    out: dict[int, tuple[int, int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            ppid = _ppid(int(name))
-            if ppid is not None:
-                out[int(name)] = ppid
+            got = _stat(int(name))
+            if got is not None:
+                out[int(name)] = got
     return out
 
 
@@ -53,10 +55,13 @@ def snapshot() -> set[int]:
 
 
 class Alive:
-    """The pids alive before the next command, listed again only when a pid was handed out since the
-    last listing: the pid namespace's newest pid (the last field of /proc/loadavg) is one pread, where
-    listing /proc took ~60 µs after every command (a `true` starts no process). A set listed earlier
-    may name processes that ended since; none of its pids can be a new process's until they wrap."""
+    """The processes alive before the next command (pid -> start time), listed again only when a pid
+    was handed out since the last listing: the pid namespace's newest pid (the last field of
+    /proc/loadavg) is one pread, where listing /proc took ~60 µs after every command (a `true`
+    starts no process); a start time is read once, for a pid the listing had not. A listing may
+    name processes that ended since: once the pids wrap, a new process may have one of their pids
+    (an attacker's review ran a command's loop on under a dead `sleep`'s pid after its timeout, the
+    pids wrapped by 176 s of forks): the start time tells them apart (`spawned_since`)."""
 
     def __init__(self) -> None:
         try:
@@ -65,7 +70,7 @@ class Alive:
             self.fd = None
         self.newest = self.seen = b""
         self.seen_at = 0.0
-        self.pids: set[int] = set()
+        self.pids: dict[int, int] = {}
 
     def moved(self) -> bool:
         """Whether a pid was handed out since the last listing (what it read serves `now` for 1 ms)."""
@@ -80,35 +85,46 @@ class Alive:
         except (OSError, IndexError):
             return b""
 
-    def now(self) -> set[int]:
-        """The pids alive (listed again only if a pid was handed out since the last listing)."""
+    def now(self) -> dict[int, int]:
+        """The processes alive, pid -> start time (listed again only if a pid was handed out since)."""
         fresh = self.seen and time.monotonic() - self.seen_at < 0.001
         newest, self.seen = (self.seen if fresh else self._newest()), b""
         if not newest or newest != self.newest:
             self.newest = newest  # read first: a process made during the listing is listed, or listed next time
-            self.pids = snapshot()
+            known, self.pids = self.pids, {}
+            for pid in snapshot():
+                start = known.get(pid)
+                if start is None and (got := _stat(pid)) is not None:
+                    start = got[1]
+                if start is not None:
+                    self.pids[pid] = start
         return self.pids
 
 
-def spawned_since(before: set[int], shell_pid: int, keep: set[int]) -> list[int]:
-    """Pids that are new since `before` and descend from the shell or were orphaned to init.
+def spawned_since(before: dict[int, int], shell_pid: int, keep: set[int]) -> list[int]:
+    """Pids that are new since `before` (pid -> start time: a pid reused since is new) and descend
+    from the shell or were orphaned to init.
 
     A new process under an older, unrelated process (a server started by an earlier
     command forking a worker) is left alone.
     """
     tree = parents()
+
+    def older(pid: int) -> bool:
+        return before.get(pid) == tree[pid][1]
+
     ours: list[int] = []
     for pid in tree:
-        if pid in before or pid in keep or pid == shell_pid or pid in _protected:
+        if older(pid) or pid in keep or pid == shell_pid or pid in _protected:
             continue
-        node = tree[pid]
+        node = tree[pid][0]
         while True:
             if node in (shell_pid, 0, 1) or node not in tree:
                 ours.append(pid)  # under the shell, or orphaned to init
                 break
-            if node in keep or node in before:
+            if node in keep or older(node):
                 break  # under the agent itself, or under an older process
-            node = tree[node]
+            node = tree[node][0]
     return ours
 
 
@@ -120,7 +136,7 @@ def signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def kill_all(before: set[int], shell_pid: int, keep: set[int]) -> int:
+def kill_all(before: dict[int, int], shell_pid: int, keep: set[int]) -> int:
     """SIGSTOP then SIGKILL every spawned process until none is left (a fork bomb included)."""
     killed = 0
     for _ in range(200):

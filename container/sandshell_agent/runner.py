@@ -48,7 +48,7 @@ class Runner:
         self.user, self.host = who
         self.cmd: Command | None = None
         self.alive = procs.Alive()
-        self.before: set[int] = set()  # the pids alive before the next command
+        self.before: dict[int, int] = {}  # the processes alive before the next command: pid -> start time
         self.closed_fds: set[int] = set()
         self.replaced = False
         self.notice: str | None = None  # news about the running command (a watchdog's)

@@ -52,7 +52,7 @@ class PidWatchdog:
         count = self.count()
         if count < self.pids_limit * 3 // 4:
             return None
-        killed = procs.kill_all(set(), shell_pid, {os.getpid(), 1})
+        killed = procs.kill_all({}, shell_pid, {os.getpid(), 1})
         return (
             f"{count} processes reached the limit of {self.pids_limit}: "
             f"{killed} processes started from the shell were killed"

@@ -1,0 +1,38 @@
+"""The agent's process bookkeeping on its own, in a pid namespace of the test's (where the pids can be
+made to wrap at once: in the container an attacker's review took 176 s of forks to do it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+REUSE = """
+import os, subprocess, time
+from sandshell_agent import procs
+old = subprocess.Popen(["sleep", "60"])
+time.sleep(0.05)  # start times are in clock ticks (10 ms): a wrap of 4 million pids takes far longer
+before = procs.Alive().now()  # what the agent takes as a command's result goes out
+assert old.pid in before
+old.kill()
+old.wait()
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the pids wrap: the next process gets old's pid
+    f.write(str(old.pid - 1))
+new = subprocess.Popen(["sleep", "60"])  # started by the next command
+assert new.pid == old.pid, (old.pid, new.pid)
+found = procs.spawned_since(before, os.getpid(), set())
+new.kill()
+new.wait()
+print("killed" if new.pid in found else "spared")
+"""
+
+
+def test_a_process_with_the_pid_of_one_alive_before_the_command_is_still_the_commands() -> None:
+    """A command's processes are those not alive before it: a pid alone named a process that ended
+    since, and the pids wrapped, a timed-out command's loop got one of those pids and ran on after
+    its result said timed out (an attacker's review). The start time tells the two apart."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", sys.executable, "-c", REUSE]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "killed\n", done
