@@ -327,6 +327,20 @@ def test_disk_no_folder_shows_still_counts(box: tuple[Sandbox, Path], how: str) 
         sb.execute(cleanup)
 
 
+def test_deleting_the_images_own_files_frees_no_room(tmp_path: Path) -> None:
+    """The image's files stay on the host in its layer whatever the container deletes: deleting them
+    must not make room. An attacker's review deleted 114 MB of them and wrote 115 MB to /root past a
+    50 MB limit, with no notice."""
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
+    with Sandbox(workspace=ws, settings=s) as sb:
+        r = sb.execute("du -sm /usr/share | cut -f1; rm -rf /usr/share; echo x > /etc/os-release", timeout=60)
+        assert int(r.output) >= 60 and not r.notice, r  # more than the file below
+        writer = "for i in 1 2 3 4 5 6; do head -c 20000000 /dev/zero > /root/big$i; sleep 0.2; done; echo after"
+        stopped_quickly(sb, ws, writer, "SANDSHELL_SCRATCH_LIMIT")
+
+
 # Locked, the agent runs as the model's uid with no capability: a folder the model made unreadable
 # and unsearchable hid what was written in it (an attacker's review: 300 MB under a `chmod 0300`
 # folder, 360 MB with /app itself made so, no notice).

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import openfiles, procs
-from .disktree import Tree, usage
+from .diskentry import blocks, inodes
+from .disktree import Tree
 
 BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least)
 IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
@@ -63,16 +64,19 @@ class Area:
     skip: tuple[str, ...]
     limit: int
     setting: str
-    baseline: int = 0  # bytes there before the session (the image's own files)
+    baseline: int = 0  # bytes of the `extra` files before the session
     threshold: int = field(init=False)  # the limit, or where the last trip left it
     tree: Tree = field(init=False)
 
     extra: tuple[str, ...] = ()  # files measured with the area wherever they are
+    image: dict[int, int] | None = None  # the image's files, which count by what they grow (Tree)
     looked: threading.Event = field(init=False)  # set by a look through /proc: measure at once
 
     def __post_init__(self) -> None:
         self.threshold = self.limit
-        self.tree = Tree(self.root, self.skip, strip_setid=self.root == "/app", extra=self.extra, held=True)
+        self.tree = Tree(
+            self.root, self.skip, strip_setid=self.root == "/app", extra=self.extra, held=True, image=self.image
+        )
         self.looked = threading.Event()
 
 
@@ -87,8 +91,9 @@ class DiskGuard:
         self.areas.append(Area("the workspace /app", "/app", (), workspace_limit, "SANDSHELL_WORKSPACE_LIMIT"))
         if scratch_limit and not os.statvfs("/").f_flag & os.ST_RDONLY:
             what = "the container's files outside /app and /tmp"
-            base = usage("/", SKIP, ENGINE_BINDS)
-            self.areas.append(Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", base, ENGINE_BINDS))
+            base, image = sum(map(blocks, ENGINE_BINDS)), inodes("/", SKIP)
+            area = Area(what, "/", SKIP, scratch_limit, "SANDSHELL_SCRATCH_LIMIT", base, ENGINE_BINDS, image)
+            self.areas.append(area)
         self.shell_pid = shell_pid
         self.look_from = 0  # the first process the last look through /proc left out at its bounds
         self.busy = threading.Event()  # set by the agent while a command runs: scan often

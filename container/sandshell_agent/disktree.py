@@ -11,18 +11,14 @@ import time
 from typing import NamedTuple
 
 from . import inotify, openfiles
+from .diskentry import SETID, blocks, bytes_of, let_in, strip_setid
 
-SETID = stat.S_ISUID | stat.S_ISGID
 # A folder whose scan takes longer than SLOW_SCAN is scanned again by a quick measure only after ten
 # times that (a folder of 300,000 files kept changing made every measure take a second, so the next
 # came ten seconds later, and a writer elsewhere took 4.7 GB meanwhile); in between, up to NAMED of
 # the files inotify names in it are looked at one by one.
 SLOW_SCAN = 0.005
 NAMED = 10_000
-# Every file, folder and link counts at least one block: an empty file takes no block but an inode,
-# and 300,000 of them counted 4.5 MB (15 bytes each) while the host's free inodes, which the engine
-# needs too, fell by as many. So a limit bounds the files too: 4 GiB, a million.
-FLOOR = 4096
 
 
 class Folder(NamedTuple):
@@ -33,10 +29,7 @@ class Folder(NamedTuple):
     bytes: int  # its own blocks and its files', those with one link only
     subfolders: list[tuple[str, int]]  # (path, inode)
     linked: dict[int, int]  # inode -> bytes of every file in it with more than one link
-
-
-def _bytes(st: os.stat_result) -> int:
-    return max(st.st_blocks * 512, FLOOR)
+    imaged: dict[int, int]  # inode -> what the image's files in it grew by (see Tree's `image`)
 
 
 class Tree:
@@ -58,10 +51,15 @@ class Tree:
         watch: bool = True,
         extra: tuple[str, ...] = (),
         held: bool = False,
+        image: dict[int, int] | None = None,
     ) -> None:
         """`extra`: files counted wherever they are; `held`: look through /proc at the files on the root's
-        filesystem held open or mapped (for the container's PID 1, which sees every process in it)."""
+        filesystem held open or mapped (for the container's PID 1, which sees every process in it);
+        `image`: the files there before (inode -> bytes, `inodes`), which count only by what they grow:
+        deleting or emptying one frees nothing on the host (its image layer keeps it), and 114 MB of
+        the image deleted let 115 MB be written past a 50 MB limit."""
         self.root, self.skip, self.strip_setid, self.extra = root, skip, strip_setid, extra
+        self.image = image or {}
         self.count_held = held
         self.held = 0  # bytes of files deleted while open or mapped, as of the last look
         self.flush_from = 0  # the first file written through a mapping the last look's flushes left out
@@ -77,7 +75,7 @@ class Tree:
     def measure(self, full: bool = True) -> int:
         """The tree's bytes, with files deleted while still open or mapped (as of the last look, which
         the watchdog makes in a thread of its own) and the `extra` files, wherever they are."""
-        return self._measure_tree(full) + self.held + sum(_blocks(path) for path in self.extra)
+        return self._measure_tree(full) + self.held + sum(blocks(path) for path in self.extra)
 
     def device(self) -> int | None:
         """The device a look through /proc is made for (`openfiles.look_all`, for every tree at once),
@@ -118,6 +116,7 @@ class Tree:
             return 0
         total, stack = 0, [(self.root, root.st_ino)]
         linked: dict[int, int] = {}  # a file of many links counts once, wherever they are
+        imaged: dict[int, int] = {}  # likewise the image's files
         known: dict[str, Folder] = {}
         every = True
         while stack:
@@ -144,15 +143,17 @@ class Tree:
                 except OSError:
                     continue
                 began = time.monotonic()
-                size, subfolders, links = self._scan(path, root.st_dev)
+                size, subfolders, links, grown = self._scan(path, root.st_dev)
                 self._scanned(path, time.monotonic() - began)
-                entry, excess = Folder(st.st_mtime_ns, st.st_ino, size + _bytes(st), subfolders, links), 0
+                own = self._grown(st)
+                entry, excess = Folder(st.st_mtime_ns, st.st_ino, size + own, subfolders, links, grown), 0
             every = every and watched
             known[path] = entry
             total += entry.bytes + excess
             linked.update(entry.linked)
+            imaged.update(entry.imaged)
             stack.extend(entry.subfolders)
-        total += sum(linked.values())
+        total += sum(linked.values()) + sum(imaged.values())
         self.folders, self.total = known, total
         self.deferred = {path: counted for path, counted in self.deferred.items() if path in known}
         self.complete = every and self.watches.active
@@ -195,36 +196,42 @@ class Tree:
                 if child not in have and child not in self.skip:
                     subfolders.append((child, st.st_ino))
             elif len(counted) < NAMED or name in counted:
-                counted[name] = _bytes(st)
+                counted[name] = bytes_of(st)
                 if self.strip_setid and st.st_mode & SETID:
-                    _strip_setid(child)
+                    strip_setid(child)
         return cached._replace(subfolders=subfolders), sum(counted.values())
 
-    def _scan(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int]]:
+    def _grown(self, st: os.stat_result) -> int:
+        """What a file or folder counts: its bytes, or for one of the image's, what it grew by."""
+        before = self.image.get(st.st_ino)
+        return bytes_of(st) if before is None else max(0, bytes_of(st) - before)
+
+    def _scan(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int], dict[int, int]]:
         """A folder's files' bytes (those of one link), its subfolders, and its files of many links.
         A folder the agent may not read or search, it makes readable and searchable for its owner
         first, if it is the owner (see `_let_in`)."""
         for tries in (1, 2):
-            size, subfolders, linked, denied = self._entries(path, dev)
-            if tries == 2 or not denied or not _let_in(path):
+            size, subfolders, linked, imaged, denied = self._entries(path, dev)
+            if tries == 2 or not denied or not let_in(path):
                 break
-        return size, subfolders, linked
+        return size, subfolders, linked, imaged
 
-    def _entries(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int], bool]:
+    def _entries(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int], dict[int, int], bool]:
         """What `_scan` returns, and whether the agent was denied the folder or a file in it."""
-        size, subfolders, linked = 0, [], {}  # type: tuple[int, list[tuple[str, int]], dict[int, int]]
+        size, subfolders = 0, list[tuple[str, int]]()
+        linked, imaged = dict[int, int](), dict[int, int]()
         try:
             entries = os.scandir(path)
         except PermissionError:
-            return 0, [], {}, True
+            return 0, [], {}, {}, True
         except OSError:
-            return 0, [], {}, False
+            return 0, [], {}, {}, False
         with entries:
             for e in entries:
                 try:
                     st = e.stat(follow_symlinks=False)
                 except PermissionError:
-                    return size, subfolders, linked, True
+                    return size, subfolders, linked, imaged, True
                 except OSError:
                     continue
                 if st.st_dev != dev:
@@ -233,61 +240,12 @@ class Tree:
                     if e.path not in self.skip:
                         subfolders.append((e.path, st.st_ino))
                     continue
-                if st.st_nlink > 1:
-                    linked[st.st_ino] = _bytes(st)
+                if st.st_ino in self.image:
+                    imaged[st.st_ino] = self._grown(st)
+                elif st.st_nlink > 1:
+                    linked[st.st_ino] = bytes_of(st)
                 else:
-                    size += _bytes(st)
+                    size += bytes_of(st)
                 if self.strip_setid and st.st_mode & SETID:
-                    _strip_setid(e.path)
-        return size, subfolders, linked, False
-
-
-def _let_in(path: str) -> bool:
-    """Give a folder that the agent (without CAP_DAC_READ_SEARCH: the locked profile, where it runs as
-    the model's own uid) may not list or search its owner's read and search bits back, if the agent is
-    that owner: files the model wrote under a `chmod 0300` folder counted nothing, 300 MB past a 50 MB
-    limit. Through the folder itself, never a link put in its place. Whether it changed anything."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
-    except OSError:
-        return False
-    try:
-        st = os.fstat(fd)
-        mode = stat.S_IMODE(st.st_mode)
-        if st.st_uid != os.geteuid() or mode & 0o500 == 0o500:
-            return False
-        os.chmod(f"/proc/self/fd/{fd}", mode | 0o500)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _strip_setid(path: str) -> None:
-    """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off,
-    through the file itself (an O_PATH descriptor: never a link put in its place, and a file its owner
-    made unreadable, `chmod 4311`, still loses them)."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
-    except OSError:
-        return
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
-            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SETID)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _blocks(path: str) -> int:
-    try:
-        return _bytes(os.lstat(path))
-    except OSError:
-        return 0
-
-
-def usage(root: str, skip: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> int:
-    return Tree(root, skip, watch=False, extra=extra).measure()
+                    strip_setid(e.path)
+        return size, subfolders, linked, imaged, False

@@ -1,0 +1,91 @@
+"""What one file or folder counts to the disk watchdog (`disktree.py`), and what the watchdog does to
+one: takes set-id bits off, gives a folder it may not read back to its owner's reading."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+SETID = stat.S_ISUID | stat.S_ISGID
+# Every file, folder and link counts at least one block: an empty file takes no block but an inode,
+# and 300,000 of them counted 4.5 MB (15 bytes each) while the host's free inodes, which the engine
+# needs too, fell by as many. So a limit bounds the files too: 4 GiB, a million.
+FLOOR = 4096
+
+
+def bytes_of(st: os.stat_result) -> int:
+    return max(st.st_blocks * 512, FLOOR)
+
+
+def let_in(path: str) -> bool:
+    """Give a folder that the agent (without CAP_DAC_READ_SEARCH: the locked profile, where it runs as
+    the model's own uid) may not list or search its owner's read and search bits back, if the agent is
+    that owner: files the model wrote under a `chmod 0300` folder counted nothing, 300 MB past a 50 MB
+    limit. Through the folder itself, never a link put in its place. Whether it changed anything."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid != os.geteuid() or mode & 0o500 == 0o500:
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", mode | 0o500)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def strip_setid(path: str) -> None:
+    """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off,
+    through the file itself (an O_PATH descriptor: never a link put in its place, and a file its owner
+    made unreadable, `chmod 4311`, still loses them)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SETID)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def blocks(path: str) -> int:
+    try:
+        return bytes_of(os.lstat(path))
+    except OSError:
+        return 0
+
+
+def inodes(root: str, skip: tuple[str, ...] = ()) -> dict[int, int]:
+    """Every file and folder under `root` on its filesystem: inode -> bytes (a Tree's `image`)."""
+    dev, out, stack = os.lstat(root).st_dev, {}, [root]
+    while stack:
+        path = stack.pop()
+        try:
+            st = os.lstat(path)
+            entries = os.scandir(path)
+        except OSError:
+            continue
+        out[st.st_ino] = bytes_of(st)
+        with entries:
+            for e in entries:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_dev != dev:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    if e.path not in skip:
+                        stack.append(e.path)
+                else:
+                    out[st.st_ino] = bytes_of(st)
+    return out
