@@ -106,9 +106,11 @@ def test_a_watchdog_notice_belongs_to_the_command_it_is_about(sb: Sandbox) -> No
     """A fork bomb in the foreground: the notice is on that command's result. One that starts in
     the background after its command ended: on the next result, saying so. Never later."""
     bomb = "bomb() { bomb | bomb & }; bomb"
-    during = sb.execute(f"{bomb}; sleep 3", timeout=6)
+    during = sb.execute(f"{bomb}; sleep 3; echo never", timeout=6)
     after = sb.execute("echo after")
     assert "processes reached the limit" in (during.notice or ""), during
+    # ... and like a timeout, it ends the command line: an attacker's review saw `echo never` run
+    assert "never" not in during.output and during.return_code != 0, during
     assert not (during.notice or "").startswith("before this command"), during
     assert after.notice is None and after.output == "after\n", after
     left = sb.execute(f"(sleep 1; {bomb}) &")  # returns at once; the bomb starts a second later

@@ -205,7 +205,8 @@ class Agent:
         between commands, with the next one's, saying it happened in the background."""
         runner = self.runner
         # As a command ends its process count is checked, unless it started no process at all.
-        notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved())
+        stop = runner.cmd is not None and runner.cmd.phase is None and not ending  # (woken by begin_kill below)
+        notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
         if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
             runner.notice = "; ".join(n for n in (runner.notice, self.oom.check()) if n)
         if runner.cmd is not None and not self.disk.busy.is_set():

@@ -4,6 +4,7 @@ every process started from the shell is killed."""
 from __future__ import annotations
 
 import os
+import signal
 
 from . import procs
 
@@ -44,14 +45,19 @@ class PidWatchdog:
                 pass
         return sum(1 for name in os.listdir("/proc") if name.isdigit())
 
-    def check(self, now: float, shell_pid: int, force: bool = False) -> str | None:
-        """Kill the shell's descendants when the process count nears the limit; returns a notice."""
+    def check(self, now: float, shell_pid: int, force: bool = False, stop: bool = False) -> str | None:
+        """Kill the shell's descendants when the process count nears the limit; returns a notice.
+        `stop`: a command runs, which this ends: the shell is stopped first, so that nothing more of
+        its line runs once its processes are killed (`echo never` after a fork bomb ran); the agent
+        then ends the line as at a timeout, which wakes the shell."""
         if not self.pids_limit or (now < self.next_check and not force):
             return None
         self.next_check = now + CHECK_EVERY
         count = self.count()
         if count < self.pids_limit * 3 // 4:
             return None
+        if stop:
+            procs.signal_all([shell_pid], signal.SIGSTOP)
         killed = procs.kill_all({}, shell_pid, {os.getpid(), 1})
         return (
             f"{count} processes reached the limit of {self.pids_limit}: "
