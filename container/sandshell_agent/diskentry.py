@@ -31,7 +31,7 @@ def let_in(path: str) -> bool:
         mode = stat.S_IMODE(st.st_mode)
         if st.st_uid != os.geteuid() or mode & 0o500 == 0o500:
             return False
-        os.chmod(f"/proc/self/fd/{fd}", mode | 0o500)
+        os.chmod(f"/proc/self/fd/{fd}", (mode | 0o500) & ~SETID)  # (the guard refuses set-id bits in /app)
         return True
     except OSError:
         return False
