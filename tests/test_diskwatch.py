@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandshell_agent import inotify, openfiles
+from sandshell_agent import disktree, inotify, openfiles
 from sandshell_agent.disktree import Tree
 
 
@@ -390,6 +390,54 @@ def test_a_file_of_many_links_counts_once_wherever_its_links_are(tmp_path: Path)
         tree.measure(full=False)
         f.unlink()
         assert tree.measure(full=False) == fresh(tmp_path) >= (i + 1) * 1_000_000
+
+
+def test_a_file_of_many_links_grown_through_one_counts_at_its_size_now(tmp_path: Path) -> None:
+    """From a second review: files linked as P/Fj and P/sub/Fj, then grown through P/Fj (appended, or
+    held open, unlinked and written): only P changes, and P/sub's scan, made later in the walk, kept
+    each file's old size, 4 KiB: 2.3 GiB went past a 95.4 MiB limit until the next full measure."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for j in range(3):
+        (tmp_path / f"F{j}").write_bytes(b"x" * 4096)
+        os.link(tmp_path / f"F{j}", sub / f"F{j}")
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    with (tmp_path / "F0").open("ab") as f:  # grown through one name
+        f.write(b"y" * 3_000_000)
+    assert tree.measure(full=False) == fresh(tmp_path) >= 3_000_000
+    with (tmp_path / "F1").open("ab") as f:  # held open, its first name unlinked, then grown
+        (tmp_path / "F1").unlink()
+        tree.measure(full=False)
+        f.write(b"z" * 3_000_000)
+        f.flush()
+        assert tree.measure(full=False) == fresh(tmp_path) >= 6_000_000
+
+
+def test_files_of_many_links_are_looked_up_in_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measure looks up at most LINKS_EACH of them (here 2 of 6): the next ones go on with the rest."""
+    monkeypatch.setattr(disktree, "LINKS_EACH", 2)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for j in range(6):
+        (tmp_path / f"F{j}").write_bytes(b"x" * 4096)
+        os.link(tmp_path / f"F{j}", sub / f"F{j}")
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    held = [(tmp_path / f"F{j}").open("ab") for j in range(6)]
+    try:
+        for j in range(6):  # their first names gone: only the looked-up sizes are new
+            (tmp_path / f"F{j}").unlink()
+        tree.measure(full=False)
+        for f in held:
+            f.write(b"y" * 1_000_000)
+            f.flush()
+        for _ in range(3):
+            grown = tree.measure(full=False)
+        assert grown == fresh(tmp_path) >= 6_000_000
+    finally:
+        for f in held:
+            f.close()
 
 
 def test_every_file_counts_at_least_a_block(tmp_path: Path) -> None:

@@ -19,6 +19,11 @@ from .diskentry import SETID, blocks, bytes_of, let_in, strip_setid
 # the files inotify names in it are looked at one by one.
 SLOW_SCAN = 0.005
 NAMED = 10_000
+LINKS_EACH = 2_000  # files of many links looked up again by one measure, in turn (the rest: as last seen)
+
+
+Linked = dict[int, tuple[str, int]]  # inode -> (a path, bytes when scanned) of a file of many links
+Scan = tuple[int, list[tuple[str, int]], Linked, dict[int, int]]  # what `Tree._scan` finds in one folder
 
 
 class Folder(NamedTuple):
@@ -28,7 +33,7 @@ class Folder(NamedTuple):
     ino: int
     bytes: int  # its own blocks and its files', those with one link only
     subfolders: list[tuple[str, int]]  # (path, inode)
-    linked: dict[int, int]  # inode -> bytes of every file in it with more than one link
+    linked: Linked  # its files of many links
     imaged: dict[int, int]  # inode -> what the image's files in it grew by (see Tree's `image`)
 
 
@@ -66,7 +71,10 @@ class Tree:
         self.written_lock = threading.Lock()
         self.written: dict[str, set[str]] = {}  # folder -> files written through mappings, since the last measure
         self.folders: dict[str, Folder] = {}
-        self.total = 0
+        self.total = 0  # the last measure's, but for the files of many links, which are looked at each time
+        self.links: dict[int, list[tuple[str, int]]] = {}  # inode -> (a path, bytes) of each as scanned
+        self.link_bytes: dict[int, int] = {}  # inode -> bytes, as last looked up
+        self.links_from = 0  # where the next measure's turn of lookups begins
         self.watches = inotify.Watches(inotify.share() if watch else 0)
         self.complete = False  # every folder watched, nothing lost since the last measure
         self.slow: dict[str, tuple[float, float]] = {}  # folder -> (when it was last scanned, how long it took)
@@ -107,15 +115,15 @@ class Tree:
         for path in self.deferred:  # slow folders whose scan is still owed
             dirty.setdefault(path, set())
         if not full and self.complete and not dirty and not lost:
-            return self.total
+            return self.total + self._links_now()
         full = full or lost
         try:
             root = os.lstat(self.root)
         except OSError:
-            self.folders, self.total = {}, 0
+            self.folders, self.total, self.links = {}, 0, {}
             return 0
         total, stack = 0, [(self.root, root.st_ino)]
-        linked: dict[int, int] = {}  # a file of many links counts once, wherever they are
+        linked: dict[int, list[tuple[str, int]]] = {}  # a file of many links counts once, wherever they are
         imaged: dict[int, int] = {}  # likewise the image's files
         known: dict[str, Folder] = {}
         every = True
@@ -150,16 +158,18 @@ class Tree:
             every = every and watched
             known[path] = entry
             total += entry.bytes + excess
-            linked.update(entry.linked)
+            for ino, name in entry.linked.items():
+                linked.setdefault(ino, []).append(name)
             imaged.update(entry.imaged)
             stack.extend(entry.subfolders)
-        total += sum(linked.values()) + sum(imaged.values())
-        self.folders, self.total = known, total
+        total += sum(imaged.values())
+        self.folders, self.total, self.links = known, total, linked
+        self.link_bytes = {ino: n for ino, n in self.link_bytes.items() if ino in linked}
         self.deferred = {path: counted for path, counted in self.deferred.items() if path in known}
         self.complete = every and self.watches.active
         if full and self.watches.active:
             self.watches.keep_only(known)
-        return total
+        return total + self._links_now()
 
     def _scanned(self, path: str, took: float) -> None:
         self.deferred.pop(path, None)
@@ -201,37 +211,62 @@ class Tree:
                     strip_setid(child)
         return cached._replace(subfolders=subfolders), sum(counted.values())
 
+    def _links_now(self) -> int:
+        """The files of many links, as they are now: a write through one of a file's names marks only
+        that name's folder changed (or none, through a descriptor), and its other folders' scans kept
+        its old size (an attacker's review grew such files through one name to 2.3 GiB past a 95.4 MiB
+        limit, counted at 4 KiB each through the other)."""
+        inos = list(self.links)
+        turn = inos
+        if len(inos) > LINKS_EACH:  # (2,000 lookups: ~6 ms; a measure may come every 50 ms)
+            start = self.links_from % len(inos)
+            turn, self.links_from = (inos[start:] + inos[:start])[:LINKS_EACH], start + LINKS_EACH
+        for ino in turn:
+            self.link_bytes[ino] = self._linked(ino, self.links[ino])
+        return sum(self.link_bytes.get(ino) or max(n for _, n in self.links[ino]) for ino in inos)
+
+    def _linked(self, ino: int, names: list[tuple[str, int]]) -> int:
+        """One, looked up by a name it had; if none is its any more, the most it was seen at."""
+        for path, _ in names:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_ino == ino:
+                return self._grown(st)
+        return max(n for _, n in names)
+
     def _grown(self, st: os.stat_result) -> int:
         """What a file or folder counts: its bytes, or for one of the image's, what it grew by."""
         before = self.image.get(st.st_ino)
         return bytes_of(st) if before is None else max(0, bytes_of(st) - before)
 
-    def _scan(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int], dict[int, int]]:
+    def _scan(self, path: str, dev: int) -> Scan:
         """A folder's files' bytes (those of one link), its subfolders, and its files of many links.
         A folder the agent may not read or search, it makes readable and searchable for its owner
-        first, if it is the owner (see `_let_in`)."""
+        first, if it is the owner (see `diskentry.let_in`)."""
         for tries in (1, 2):
-            size, subfolders, linked, imaged, denied = self._entries(path, dev)
+            found, denied = self._entries(path, dev)
             if tries == 2 or not denied or not let_in(path):
                 break
-        return size, subfolders, linked, imaged
+        return found
 
-    def _entries(self, path: str, dev: int) -> tuple[int, list[tuple[str, int]], dict[int, int], dict[int, int], bool]:
+    def _entries(self, path: str, dev: int) -> tuple[Scan, bool]:
         """What `_scan` returns, and whether the agent was denied the folder or a file in it."""
         size, subfolders = 0, list[tuple[str, int]]()
-        linked, imaged = dict[int, int](), dict[int, int]()
+        linked, imaged = Linked(), dict[int, int]()
         try:
             entries = os.scandir(path)
         except PermissionError:
-            return 0, [], {}, {}, True
+            return (0, [], {}, {}), True
         except OSError:
-            return 0, [], {}, {}, False
+            return (0, [], {}, {}), False
         with entries:
             for e in entries:
                 try:
                     st = e.stat(follow_symlinks=False)
                 except PermissionError:
-                    return size, subfolders, linked, imaged, True
+                    return (size, subfolders, linked, imaged), True
                 except OSError:
                     continue
                 if st.st_dev != dev:
@@ -240,12 +275,12 @@ class Tree:
                     if e.path not in self.skip:
                         subfolders.append((e.path, st.st_ino))
                     continue
-                if st.st_ino in self.image:
+                if st.st_nlink > 1:  # (the image's files of many links too: `_linked`)
+                    linked[st.st_ino] = (e.path, self._grown(st))
+                elif st.st_ino in self.image:
                     imaged[st.st_ino] = self._grown(st)
-                elif st.st_nlink > 1:
-                    linked[st.st_ino] = bytes_of(st)
                 else:
                     size += bytes_of(st)
                 if self.strip_setid and st.st_mode & SETID:
                     strip_setid(e.path)
-        return size, subfolders, linked, imaged, False
+        return (size, subfolders, linked, imaged), False
