@@ -11,11 +11,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from sandshell_agent import disktree, inotify, openfiles
+from sandshell_agent import diskentry, disktree, inotify, openfiles
 from sandshell_agent.disktree import Tree
 
 
@@ -438,6 +440,81 @@ def test_files_of_many_links_are_looked_up_in_turns(tmp_path: Path, monkeypatch:
     finally:
         for f in held:
             f.close()
+
+
+def test_a_fresh_scan_of_a_file_of_many_links_beats_an_older_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files of many links, all looked up; then each grown through a name in a folder scanned at once:
+    the scan's size counts, not the last lookup's (which an older turn made: a code review)."""
+    monkeypatch.setattr(disktree, "LINKS_EACH", 2)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for j in range(6):
+        (tmp_path / f"F{j}").write_bytes(b"x" * 4096)
+        os.link(tmp_path / f"F{j}", sub / f"F{j}")
+    tree = Tree(str(tmp_path))
+    tree.measure()
+    for _ in range(3):
+        tree.measure(full=False)
+    for j in range(6):
+        with (tmp_path / f"F{j}").open("ab") as f:
+            f.write(b"y" * 1_000_000)
+    assert tree.measure(full=False) == fresh(tmp_path) >= 6_000_000
+
+
+def test_the_images_files_count_nothing_until_they_change_then_in_full(tmp_path: Path) -> None:
+    """Deleting one of the image's files frees nothing on the host (its layer keeps it): it must not
+    make room. Changing one (a rewrite in place, a chmod) copies it up whole: it counts in full, where
+    counting only its growth had let a rewrite of the same size count nothing (a code review)."""
+    for name in ("rewritten", "chmodded", "deleted", "kept"):
+        (tmp_path / name).write_bytes(b"i" * 1_000_000)
+    tree = Tree(str(tmp_path), image=diskentry.inodes(str(tmp_path)))
+    start = tree.measure()
+    assert start < 1_000_000  # the image's own files count nothing
+    (tmp_path / "deleted").unlink()
+    assert tree.measure(full=False) <= start + 4096  # and deleting one makes no room (its folder changed: a block)
+    time.sleep(0.01)  # (a ctime of its own)
+    with (tmp_path / "rewritten").open("r+b") as f:
+        f.write(b"j" * 1_000_000)
+    (tmp_path / "chmodded").chmod(0o600)
+    assert tree.measure(full=False) == tree.measure(full=True) >= start + 2_000_000
+
+
+UNREADABLE = """
+import os, sys
+from sandshell_agent.disktree import Tree
+root = sys.argv[1]
+tree = Tree(root)
+tree.measure()  # the folder made 0300 is given its reading back, and must be watched from then on
+with open(os.path.join(root, "h", "f"), "ab") as f:  # an append leaves the folder's mtime alone
+    f.write(b"x" * 2_000_000)
+print(tree.measure(full=False), Tree(root, watch=False).measure())
+"""
+
+
+def test_a_folder_given_its_reading_back_is_watched_at_once(tmp_path: Path) -> None:
+    """As the locked profile's agent does (no capability, the model's uid): a folder the model made
+    0300 is scanned once its owner's reading is back, and watched too, so a quick measure sees a file
+    in it grow (a code review: it stayed unwatched, and appends went unseen until a full measure)."""
+    python = shutil.which("python3", path="/usr/bin:/bin")  # (the venv's may be in root's home, closed to others)
+    if os.geteuid() != 0 or python is None:
+        pytest.skip("needs root and a system python3, to run the measure as another user")
+    root = Path(tempfile.mkdtemp(prefix="unreadable-", dir="/tmp"))
+    try:
+        (root / "h").mkdir()
+        (root / "h" / "f").write_bytes(b"x" * 4096)
+        for path in (root, root / "h", root / "h" / "f"):
+            os.chown(path, 65534, 65534)
+        (root / "h").chmod(0o300)
+        env = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent / "container"), "PATH": "/usr/bin:/bin"}
+        done = subprocess.run([python, "-c", UNREADABLE, str(root)], user=65534, group=65534, env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        quick, whole = map(int, done.stdout.split())
+        assert quick == whole >= 2_000_000, done.stdout
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_every_file_counts_at_least_a_block(tmp_path: Path) -> None:

@@ -1,16 +1,32 @@
-"""What one file or folder counts to the disk watchdog (`disktree.py`), and what the watchdog does to
-one: takes set-id bits off, gives a folder it may not read back to its owner's reading."""
+"""What one file or folder counts to the disk watchdog (`disktree.py`), a folder as its last measure
+found it, and what the watchdog does to one: takes set-id bits off, gives a folder it may not read
+back to its owner's reading."""
 
 from __future__ import annotations
 
 import os
 import stat
+from typing import NamedTuple
 
 SETID = stat.S_ISUID | stat.S_ISGID
 # Every file, folder and link counts at least one block: an empty file takes no block but an inode,
 # and 300,000 of them counted 4.5 MB (15 bytes each) while the host's free inodes, which the engine
 # needs too, fell by as many. So a limit bounds the files too: 4 GiB, a million.
 FLOOR = 4096
+
+
+Linked = dict[int, tuple[str, int]]  # inode -> (a path, bytes when scanned) of a file of many links
+Scan = tuple[int, list[tuple[str, int]], Linked]  # what `Tree._scan` finds in one folder
+
+
+class Folder(NamedTuple):
+    """A folder as the last measure found it."""
+
+    mtime_ns: int
+    ino: int
+    bytes: int  # its own blocks and its files', those with one link only
+    subfolders: list[tuple[str, int]]  # (path, inode)
+    linked: Linked  # its files of many links
 
 
 def bytes_of(st: os.stat_result) -> int:
@@ -64,9 +80,10 @@ def blocks(path: str) -> int:
         return 0
 
 
-def inodes(root: str, skip: tuple[str, ...] = ()) -> dict[int, int]:
-    """Every file and folder under `root` on its filesystem: inode -> bytes (a Tree's `image`)."""
-    dev, out, stack = os.lstat(root).st_dev, {}, [root]
+def inodes(root: str, skip: tuple[str, ...] = ()) -> dict[int, tuple[int, int]]:
+    """Every file and folder under `root` on its filesystem: inode -> (bytes, ctime) (a Tree's `image`)."""
+    dev, stack = os.lstat(root).st_dev, [root]
+    out: dict[int, tuple[int, int]] = {}
     while stack:
         path = stack.pop()
         try:
@@ -74,7 +91,7 @@ def inodes(root: str, skip: tuple[str, ...] = ()) -> dict[int, int]:
             entries = os.scandir(path)
         except OSError:
             continue
-        out[st.st_ino] = bytes_of(st)
+        out[st.st_ino] = (bytes_of(st), st.st_ctime_ns)
         with entries:
             for e in entries:
                 try:
@@ -87,5 +104,5 @@ def inodes(root: str, skip: tuple[str, ...] = ()) -> dict[int, int]:
                     if e.path not in skip:
                         stack.append(e.path)
                 else:
-                    out[st.st_ino] = bytes_of(st)
+                    out[st.st_ino] = (bytes_of(st), st.st_ctime_ns)
     return out

@@ -69,7 +69,7 @@ class Area:
     tree: Tree = field(init=False)
 
     extra: tuple[str, ...] = ()  # files measured with the area wherever they are
-    image: dict[int, int] | None = None  # the image's files, which count by what they grow (Tree)
+    image: dict[int, tuple[int, int]] | None = None  # the image's files, which count once changed (Tree)
     looked: threading.Event = field(init=False)  # set by a look through /proc: measure at once
 
     def __post_init__(self) -> None:

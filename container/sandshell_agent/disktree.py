@@ -8,10 +8,9 @@ import os
 import stat
 import threading
 import time
-from typing import NamedTuple
 
 from . import inotify, openfiles
-from .diskentry import SETID, blocks, bytes_of, let_in, strip_setid
+from .diskentry import SETID, Folder, Linked, Scan, blocks, bytes_of, let_in, strip_setid
 
 # A folder whose scan takes longer than SLOW_SCAN is scanned again by a quick measure only after ten
 # times that (a folder of 300,000 files kept changing made every measure take a second, so the next
@@ -20,21 +19,6 @@ from .diskentry import SETID, blocks, bytes_of, let_in, strip_setid
 SLOW_SCAN = 0.005
 NAMED = 10_000
 LINKS_EACH = 2_000  # files of many links looked up again by one measure, in turn (the rest: as last seen)
-
-
-Linked = dict[int, tuple[str, int]]  # inode -> (a path, bytes when scanned) of a file of many links
-Scan = tuple[int, list[tuple[str, int]], Linked, dict[int, int]]  # what `Tree._scan` finds in one folder
-
-
-class Folder(NamedTuple):
-    """A folder as the last measure found it."""
-
-    mtime_ns: int
-    ino: int
-    bytes: int  # its own blocks and its files', those with one link only
-    subfolders: list[tuple[str, int]]  # (path, inode)
-    linked: Linked  # its files of many links
-    imaged: dict[int, int]  # inode -> what the image's files in it grew by (see Tree's `image`)
 
 
 class Tree:
@@ -56,13 +40,14 @@ class Tree:
         watch: bool = True,
         extra: tuple[str, ...] = (),
         held: bool = False,
-        image: dict[int, int] | None = None,
+        image: dict[int, tuple[int, int]] | None = None,
     ) -> None:
         """`extra`: files counted wherever they are; `held`: look through /proc at the files on the root's
         filesystem held open or mapped (for the container's PID 1, which sees every process in it);
-        `image`: the files there before (inode -> bytes, `inodes`), which count only by what they grow:
-        deleting or emptying one frees nothing on the host (its image layer keeps it), and 114 MB of
-        the image deleted let 115 MB be written past a 50 MB limit."""
+        `image`: the files there before (inode -> bytes, ctime; `inodes`), which count nothing until they
+        change, then in full (a change copies the file up, out of the image's layer): deleting one
+        frees nothing on the host, and 114 MB of the image deleted let 115 MB be written past a 50 MB
+        limit."""
         self.root, self.skip, self.strip_setid, self.extra = root, skip, strip_setid, extra
         self.image = image or {}
         self.count_held = held
@@ -73,7 +58,9 @@ class Tree:
         self.folders: dict[str, Folder] = {}
         self.total = 0  # the last measure's, but for the files of many links, which are looked at each time
         self.links: dict[int, list[tuple[str, int]]] = {}  # inode -> (a path, bytes) of each as scanned
-        self.link_bytes: dict[int, int] = {}  # inode -> bytes, as last looked up
+        self.link_order: list[int] = []  # the same inodes, in the order their lookups take turns
+        self.link_bytes: dict[int, int] = {}  # inode -> bytes, as last scanned or looked up
+        self.links_sum = 0  # of link_bytes
         self.links_from = 0  # where the next measure's turn of lookups begins
         self.watches = inotify.Watches(inotify.share() if watch else 0)
         self.complete = False  # every folder watched, nothing lost since the last measure
@@ -120,11 +107,12 @@ class Tree:
         try:
             root = os.lstat(self.root)
         except OSError:
-            self.folders, self.total, self.links = {}, 0, {}
+            self.folders, self.total = {}, 0
+            self._new_links({}, {})
             return 0
         total, stack = 0, [(self.root, root.st_ino)]
         linked: dict[int, list[tuple[str, int]]] = {}  # a file of many links counts once, wherever they are
-        imaged: dict[int, int] = {}  # likewise the image's files
+        scanned: dict[int, int] = {}  # ... at its size in a folder scanned just now, if any
         known: dict[str, Folder] = {}
         every = True
         while stack:
@@ -151,20 +139,20 @@ class Tree:
                 except OSError:
                     continue
                 began = time.monotonic()
-                size, subfolders, links, grown = self._scan(path, root.st_dev)
+                size, subfolders, links = self._scan(path, root.st_dev)
                 self._scanned(path, time.monotonic() - began)
-                own = self._grown(st)
-                entry, excess = Folder(st.st_mtime_ns, st.st_ino, size + own, subfolders, links, grown), 0
+                if not watched:  # (a folder `let_in` opened: now it can be)
+                    watched = self.watches.add(path)
+                scanned.update((ino, n) for ino, (_, n) in links.items())
+                entry, excess = Folder(st.st_mtime_ns, st.st_ino, size + self._grown(st), subfolders, links), 0
             every = every and watched
             known[path] = entry
             total += entry.bytes + excess
             for ino, name in entry.linked.items():
                 linked.setdefault(ino, []).append(name)
-            imaged.update(entry.imaged)
             stack.extend(entry.subfolders)
-        total += sum(imaged.values())
-        self.folders, self.total, self.links = known, total, linked
-        self.link_bytes = {ino: n for ino, n in self.link_bytes.items() if ino in linked}
+        self.folders, self.total = known, total
+        self._new_links(linked, scanned)
         self.deferred = {path: counted for path, counted in self.deferred.items() if path in known}
         self.complete = every and self.watches.active
         if full and self.watches.active:
@@ -206,27 +194,41 @@ class Tree:
                 if child not in have and child not in self.skip:
                     subfolders.append((child, st.st_ino))
             elif len(counted) < NAMED or name in counted:
-                counted[name] = bytes_of(st)
+                counted[name] = self._grown(st)
                 if self.strip_setid and st.st_mode & SETID:
                     strip_setid(child)
         return cached._replace(subfolders=subfolders), sum(counted.values())
+
+    def _new_links(self, linked: dict[int, list[tuple[str, int]]], scanned: dict[int, int]) -> None:
+        """The files of many links a measure found: each at its size in a folder scanned just now, or
+        else at the most it was last seen at (a lookup, or an older scan)."""
+        old = self.link_bytes
+        self.links, self.link_order = linked, list(linked)
+        self.link_bytes = {
+            ino: scanned[ino] if ino in scanned else max(old.get(ino, 0), *(n for _, n in names))
+            for ino, names in linked.items()
+        }
+        self.links_sum = sum(self.link_bytes.values())
 
     def _links_now(self) -> int:
         """The files of many links, as they are now: a write through one of a file's names marks only
         that name's folder changed (or none, through a descriptor), and its other folders' scans kept
         its old size (an attacker's review grew such files through one name to 2.3 GiB past a 95.4 MiB
-        limit, counted at 4 KiB each through the other)."""
-        inos = list(self.links)
-        turn = inos
-        if len(inos) > LINKS_EACH:  # (2,000 lookups: ~6 ms; a measure may come every 50 ms)
-            start = self.links_from % len(inos)
-            turn, self.links_from = (inos[start:] + inos[:start])[:LINKS_EACH], start + LINKS_EACH
-        for ino in turn:
-            self.link_bytes[ino] = self._linked(ino, self.links[ino])
-        return sum(self.link_bytes.get(ino) or max(n for _, n in self.links[ino]) for ino in inos)
+        limit, counted at 4 KiB each through the other). At most LINKS_EACH are looked up a measure
+        (2,000: ~6 ms; a measure may come every 50 ms), in turns; the rest count as last seen."""
+        n = len(self.link_order)
+        start = self.links_from % n if n else 0
+        for i in range(min(n, LINKS_EACH)):
+            ino = self.link_order[(start + i) % n]
+            was = self.link_bytes[ino]
+            now = self._linked(ino, self.links[ino], was)
+            self.links_sum += now - was
+            self.link_bytes[ino] = now
+        self.links_from = start + min(n, LINKS_EACH)
+        return self.links_sum
 
-    def _linked(self, ino: int, names: list[tuple[str, int]]) -> int:
-        """One, looked up by a name it had; if none is its any more, the most it was seen at."""
+    def _linked(self, ino: int, names: list[tuple[str, int]], was: int) -> int:
+        """One, looked up by a name it had; if none is its any more, as it was."""
         for path, _ in names:
             try:
                 st = os.lstat(path)
@@ -234,12 +236,14 @@ class Tree:
                 continue
             if st.st_ino == ino:
                 return self._grown(st)
-        return max(n for _, n in names)
+        return was
 
     def _grown(self, st: os.stat_result) -> int:
-        """What a file or folder counts: its bytes, or for one of the image's, what it grew by."""
+        """What a file or folder counts: its bytes, or, for one of the image's, nothing until it changes
+        (its ctime: any write, chmod or touch, which copies it up on an overlay filesystem, or a new
+        file that took its inode number)."""
         before = self.image.get(st.st_ino)
-        return bytes_of(st) if before is None else max(0, bytes_of(st) - before)
+        return bytes_of(st) if before is None or st.st_ctime_ns != before[1] else 0
 
     def _scan(self, path: str, dev: int) -> Scan:
         """A folder's files' bytes (those of one link), its subfolders, and its files of many links.
@@ -254,19 +258,19 @@ class Tree:
     def _entries(self, path: str, dev: int) -> tuple[Scan, bool]:
         """What `_scan` returns, and whether the agent was denied the folder or a file in it."""
         size, subfolders = 0, list[tuple[str, int]]()
-        linked, imaged = Linked(), dict[int, int]()
+        linked = Linked()
         try:
             entries = os.scandir(path)
         except PermissionError:
-            return (0, [], {}, {}), True
+            return (0, [], {}), True
         except OSError:
-            return (0, [], {}, {}), False
+            return (0, [], {}), False
         with entries:
             for e in entries:
                 try:
                     st = e.stat(follow_symlinks=False)
                 except PermissionError:
-                    return (size, subfolders, linked, imaged), True
+                    return (size, subfolders, linked), True
                 except OSError:
                     continue
                 if st.st_dev != dev:
@@ -277,10 +281,8 @@ class Tree:
                     continue
                 if st.st_nlink > 1:  # (the image's files of many links too: `_linked`)
                     linked[st.st_ino] = (e.path, self._grown(st))
-                elif st.st_ino in self.image:
-                    imaged[st.st_ino] = self._grown(st)
                 else:
-                    size += bytes_of(st)
+                    size += self._grown(st)
                 if self.strip_setid and st.st_mode & SETID:
                     strip_setid(e.path)
-        return (size, subfolders, linked, imaged), False
+        return (size, subfolders, linked), False
