@@ -36,3 +36,36 @@ def test_a_process_with_the_pid_of_one_alive_before_the_command_is_still_the_com
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "killed\n", done
+
+
+STALE = """
+import os, subprocess, time
+from sandshell_agent import procs
+alive = procs.Alive()
+old = subprocess.Popen(["sleep", "60"])
+alive.now()  # listed after one command
+time.sleep(0.05)
+old.kill()
+old.wait()
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the pids wrap during the next command:
+    f.write(str(old.pid - 1))
+job = subprocess.Popen(["sleep", "60"])  # which leaves this job behind, on old's pid
+assert job.pid == old.pid, (old.pid, job.pid)
+subprocess.run(["true"])  # (a pid handed out after it: the newest is not the one listed last time)
+before = alive.now()  # listed after it: the job is older than the command after
+found = procs.spawned_since(before, os.getpid(), set())
+job.kill()
+job.wait()
+print("killed" if job.pid in found else "spared")
+"""
+
+
+def test_a_job_left_by_an_earlier_command_on_a_reused_pid_is_not_the_next_ones() -> None:
+    """The other way round: a start time kept from an earlier listing for a pid reused since made a
+    job the command before had left (on that pid) look new, to be killed at the next one's timeout
+    (found by a code review). Every listing reads them afresh."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", sys.executable, "-c", STALE]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "spared\n", done

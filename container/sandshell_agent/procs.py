@@ -58,10 +58,12 @@ class Alive:
     """The processes alive before the next command (pid -> start time), listed again only when a pid
     was handed out since the last listing: the pid namespace's newest pid (the last field of
     /proc/loadavg) is one pread, where listing /proc took ~60 µs after every command (a `true`
-    starts no process); a start time is read once, for a pid the listing had not. A listing may
-    name processes that ended since: once the pids wrap, a new process may have one of their pids
-    (an attacker's review ran a command's loop on under a dead `sleep`'s pid after its timeout, the
-    pids wrapped by 176 s of forks): the start time tells them apart (`spawned_since`)."""
+    starts no process), and each one's start time read with it. A listing may name processes that
+    ended since: once the pids wrap, a new process may have one of their pids (an attacker's review
+    ran a command's loop on under a dead `sleep`'s pid after its timeout, the pids wrapped by 176 s
+    of forks): the start time tells them apart (`spawned_since`). (Kept from one listing to the
+    next, a start time was stale for a pid reused in between: a job of the earlier command was then
+    taken for the next one's.)"""
 
     def __init__(self) -> None:
         try:
@@ -91,13 +93,10 @@ class Alive:
         newest, self.seen = (self.seen if fresh else self._newest()), b""
         if not newest or newest != self.newest:
             self.newest = newest  # read first: a process made during the listing is listed, or listed next time
-            known, self.pids = self.pids, {}
-            for pid in snapshot():
-                start = known.get(pid)
-                if start is None and (got := _stat(pid)) is not None:
-                    start = got[1]
-                if start is not None:
-                    self.pids[pid] = start
+            self.pids = {}
+            for pid in snapshot():  # (at most the pids limit, ~10 µs each, after a command that started one)
+                if (got := _stat(pid)) is not None:
+                    self.pids[pid] = got[1]
         return self.pids
 
 
