@@ -394,15 +394,19 @@ def test_a_file_of_many_links_counts_once_wherever_its_links_are(tmp_path: Path)
         assert tree.measure(full=False) == fresh(tmp_path) >= (i + 1) * 1_000_000
 
 
+def linked_twice(folder: Path, n: int) -> None:
+    """Files F0..F(n-1) of one page in `folder`, each linked again as sub/Fj."""
+    (folder / "sub").mkdir()
+    for j in range(n):
+        (folder / f"F{j}").write_bytes(b"x" * 4096)
+        os.link(folder / f"F{j}", folder / "sub" / f"F{j}")
+
+
 def test_a_file_of_many_links_grown_through_one_counts_at_its_size_now(tmp_path: Path) -> None:
     """From a second review: files linked as P/Fj and P/sub/Fj, then grown through P/Fj (appended, or
     held open, unlinked and written): only P changes, and P/sub's scan, made later in the walk, kept
     each file's old size, 4 KiB: 2.3 GiB went past a 95.4 MiB limit until the next full measure."""
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    for j in range(3):
-        (tmp_path / f"F{j}").write_bytes(b"x" * 4096)
-        os.link(tmp_path / f"F{j}", sub / f"F{j}")
+    linked_twice(tmp_path, 3)
     tree = Tree(str(tmp_path))
     tree.measure()
     with (tmp_path / "F0").open("ab") as f:  # grown through one name
@@ -419,11 +423,7 @@ def test_a_file_of_many_links_grown_through_one_counts_at_its_size_now(tmp_path:
 def test_files_of_many_links_are_looked_up_in_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A measure looks up at most LINKS_EACH of them (here 2 of 6): the next ones go on with the rest."""
     monkeypatch.setattr(disktree, "LINKS_EACH", 2)
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    for j in range(6):
-        (tmp_path / f"F{j}").write_bytes(b"x" * 4096)
-        os.link(tmp_path / f"F{j}", sub / f"F{j}")
+    linked_twice(tmp_path, 6)
     tree = Tree(str(tmp_path))
     tree.measure()
     held = [(tmp_path / f"F{j}").open("ab") for j in range(6)]
@@ -448,11 +448,7 @@ def test_a_fresh_scan_of_a_file_of_many_links_beats_an_older_lookup(
     """Files of many links, all looked up; then each grown through a name in a folder scanned at once:
     the scan's size counts, not the last lookup's (which an older turn made: a code review)."""
     monkeypatch.setattr(disktree, "LINKS_EACH", 2)
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    for j in range(6):
-        (tmp_path / f"F{j}").write_bytes(b"x" * 4096)
-        os.link(tmp_path / f"F{j}", sub / f"F{j}")
+    linked_twice(tmp_path, 6)
     tree = Tree(str(tmp_path))
     tree.measure()
     for _ in range(3):
