@@ -14,7 +14,7 @@ import pytest
 
 from sandshell.config import Settings
 from sandshell.errors import ProtocolError
-from sandshell.sandbox.connection import Connection
+from sandshell.sandbox.connection import Connection, ConnectionLost
 from sandshell.sandbox.protocol import Output, Result
 from sandshell.sandbox.sandbox import Sandbox
 
@@ -296,3 +296,42 @@ def test_locked_works_on_a_root_owned_workspace(workspace: Path, settings: Setti
         assert r.output == "keptread-only-root\n", r  # the goal has no newline
         assert "CapEff:\t0000000000000000" in sb.execute("grep CapEff /proc/self/status").output
     assert (workspace / "new").exists() == (mode == "rw")
+
+
+def _linked(monkeypatch: pytest.MonkeyPatch, **waits: float) -> tuple[Connection, socket.socket]:
+    """A Connection on one end of a socketpair (the test holds the other: the 'agent'), its waits
+    bounded by the kernel as a plain socket's are."""
+    from sandshell.sandbox import connection
+
+    for name, seconds in waits.items():
+        monkeypatch.setattr(connection, name, seconds)
+    ours, theirs = socket.socketpair()
+    conn = Connection("test", "")
+    conn._kernel_timeouts(ours)
+    conn.sock = ours
+    return conn, theirs
+
+
+def test_a_plain_socket_read_keeps_its_deadline_with_the_kernels_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, agent = _linked(monkeypatch, KERNEL_WAIT=0.3)
+    assert conn._kernel_timed and conn.sock is not None and conn.sock.gettimeout() is None
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):  # silence: several kernel waits, then the deadline, on time
+        conn.recv(start + 0.7)
+    assert 0.65 < time.monotonic() - start < 0.85
+    # A frame that comes after a kernel wait or two is read, not taken for a timeout.
+    threading.Timer(0.5, lambda: agent.sendall(b'{"type":"pong","id":"p1"}\n')).start()
+    assert conn.recv(time.monotonic() + 5) == {"type": "pong", "id": "p1"}
+    agent.close()
+    with pytest.raises(ConnectionLost):
+        conn.recv(time.monotonic() + 5)
+
+
+def test_a_plain_socket_send_that_nobody_takes_is_a_lost_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, agent = _linked(monkeypatch, SEND_WAIT=0.3)
+    start = time.monotonic()
+    with pytest.raises(ConnectionLost, match="send failed"):  # the agent never reads: buffers fill, then the wait ends
+        for _ in range(10_000):
+            conn.send({"type": "ping", "id": "x" * 60_000})
+    assert time.monotonic() - start < 5
+    agent.close()

@@ -24,6 +24,8 @@ READ_BYTES = 256 * 1024
 # per piece: 100 MB took ~20,000 reads and 0.2-0.4 s of the engine's CPU; piled up, a third less.
 PILE_BYTES = 8192
 PILE_SECONDS = 0.0005
+KERNEL_WAIT = 1.0  # seconds a read of a plain socket waits before its deadline is checked again
+SEND_WAIT = 30.0  # seconds a send may wait for the engine to take it before the link counts as lost
 
 
 class ConnectionLost(Exception):
@@ -41,6 +43,7 @@ class Connection:
         self._reader = FrameReader(MAX_FRAME)
         self._frames: deque[dict[str, Any] | FrameError] = deque()
         self._send_lock = threading.Lock()
+        self._kernel_timed = False  # the socket's waits are bounded by the kernel (_kernel_timeouts)
         self.stderr: deque[str] = deque(maxlen=20)  # what the agent said on stderr (attach only)
         self.nonce = ""
 
@@ -49,6 +52,7 @@ class Connection:
         self.close()
         self.nonce = secrets.token_hex(16)
         sock = self._connect(timeout)
+        self._kernel_timeouts(sock)
         self.sock = sock
         self._reader = FrameReader(MAX_FRAME)
         self._frames.clear()
@@ -132,19 +136,17 @@ class Connection:
                 raise ConnectionLost("not connected")
             if self._reader.coming() > PILE_BYTES and not _ready(sock):
                 time.sleep(PILE_SECONDS)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("no frame from the agent in time")
-                sock.settimeout(left)
-            else:
-                sock.settimeout(None)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError("no frame from the agent in time")
             try:
-                data = sock.recv(READ_BYTES)
+                data = self._recv_within(sock, left)
             except TimeoutError:
                 raise
             except OSError as e:
                 raise ConnectionLost(f"receive failed: {e}") from None
+            if data is None:
+                continue  # the kernel's timeout passed, not yet the deadline
             if not data:
                 raise ConnectionLost("the agent closed the connection")
             self._feed(data)
@@ -152,6 +154,35 @@ class Connection:
         if isinstance(frame, FrameError):
             raise ProtocolError(f"unreadable frame from the agent: {frame}", frame.code)
         return frame
+
+    def _recv_within(self, sock: socket.socket, left: float | None) -> bytes | None:
+        """One read, waiting at most `left` seconds (None: no end); None when it waited in vain but
+        for less than `left`. A plain socket stays blocking with the kernel's own timeouts on it
+        (`_kernel_timeouts`): one system call a read, where Python's timeout makes three (set the
+        mode, poll, read) and one more before every send."""
+        if not self._kernel_timed:
+            sock.settimeout(left)
+            return sock.recv(READ_BYTES)
+        if left is not None and left < KERNEL_WAIT:  # the last moments before a deadline: exact
+            sock.settimeout(left)
+            try:
+                return sock.recv(READ_BYTES)
+            finally:
+                sock.settimeout(None)
+        try:
+            return sock.recv(READ_BYTES)
+        except BlockingIOError:  # SO_RCVTIMEO passed
+            return None
+
+    def _kernel_timeouts(self, sock: socket.socket) -> None:
+        """Let the kernel bound a plain socket's waits: a read returns after KERNEL_WAIT without data
+        (the caller checks its deadline and reads again), a send gives up after SEND_WAIT. Not for TLS
+        (whose reads must not stop halfway through a record) nor for other kinds of stream."""
+        self._kernel_timed = type(sock) is socket.socket
+        if self._kernel_timed:
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(KERNEL_WAIT))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(SEND_WAIT))
 
     def request(self, frame: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         """Send a request and wait for the reply with the same id (other frames are skipped)."""
@@ -169,6 +200,10 @@ class Connection:
             except OSError:
                 pass
             self.sock = None
+
+
+def _timeval(seconds: float) -> bytes:
+    return struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
 
 
 def _ready(sock: socket.socket) -> bool:

@@ -224,7 +224,7 @@ class Sandbox:
         """Run `command` to the end; the Result's output is bounded (head and tail).
         `on_output` sees every chunk as it arrives (the session streams them to its sinks)."""
         collector = OutputCollector()
-        result = Result(command, None, error="no result")
+        result = None
         for event in self.stream(command, timeout):
             if isinstance(event, Output):
                 collector.add(event)
@@ -232,7 +232,7 @@ class Sandbox:
                     on_output(event)
             else:
                 result = event
-        return collector.finish(result)
+        return collector.finish(result if result is not None else Result(command, None, error="no result"))
 
     def interrupt(self) -> None:
         """Stop the running command (its whole process tree), from any thread."""

@@ -48,7 +48,7 @@ class Command:
         self.spill_path: str | None = None
         self._spill: Any = None
         self.spill_error = ""
-        self.decoders = {"stdout": DECODER("replace"), "stderr": DECODER("replace")}
+        self.decoders: dict[str, Any] = {}  # a stream's, made at its first output (most commands print nothing)
         self.pending: list[tuple[str, list[str]]] = []  # (stream, texts) in arrival order
         self.pending_chars = 0
         self.pending_since: float | None = None
@@ -77,7 +77,8 @@ class Command:
                 self._to_spill(data[room:])
         self.streamed += len(live)
         if live:
-            text = self.decoders[stream].decode(live)
+            dec = self.decoders.get(stream) or self.decoders.setdefault(stream, DECODER("replace"))
+            text = dec.decode(live)
             if text:
                 self._queue(stream, text)
         if self.limits.spill and self.total > self.limits.stream + self.limits.spill:

@@ -43,15 +43,20 @@ class FrameError(Exception):
         self.code = code
 
 
+# One of each, made once: `json.dumps` with separators builds a new encoder at every call.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_DECODE = json.JSONDecoder().decode
+
+
 def encode(frame: dict[str, Any]) -> bytes:
     data = frame.get("data")
     if frame.get("type") == "output" and isinstance(data, str):
         payload = data.encode("utf-8", errors="replace")
         header = {k: v for k, v in frame.items() if k != "data"}
         header["bytes"] = len(payload)
-        return json.dumps(header, separators=(",", ":")).encode() + b"\n" + payload
+        return _ENCODE(header).encode() + b"\n" + payload
     # ASCII JSON: a lone surrogate (from a broken model reply) travels escaped, not as a crash
-    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+    return _ENCODE(frame).encode() + b"\n"
 
 
 class FrameReader:
@@ -109,8 +114,8 @@ class FrameReader:
 
 
 def _parse(line: bytes) -> dict[str, Any] | FrameError:
-    try:
-        frame = json.loads(line)
+    try:  # (frames are UTF-8: ASCII JSON from either side)
+        frame = _DECODE(line.decode("utf-8", "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as e:
         return FrameError("malformed", f"not JSON: {e}")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import pwd
-import select
 import selectors
 import signal
 import socket
@@ -23,6 +22,7 @@ from .stdio import StdioChannel
 from .watchdog import OomScoreWatch, PidWatchdog
 
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
+SHELL_KEYS = ("status", "stdout", "stderr")
 SETTLE_SECONDS = 0.001  # how long the agent waits for a command that just started before its loop goes on
 
 
@@ -172,24 +172,20 @@ class Agent:
         the agent's own work, where the loop's upkeep ran first). Anything else the loop waits on
         (the host, the disk watchdog) ends the wait, and the loop takes it all from there."""
         runner, shell = self.runner, self.runner.shell
-        ours = {shell.status_r: "status", shell.stdout_r: "stdout", shell.stderr_r: "stderr"}
-        poll = select.poll()
-        for fd, key in self.sel.get_map().items():
-            poll.register(fd, select.POLLIN if key.events & selectors.EVENT_READ else select.POLLOUT)
         until = time.monotonic() + SETTLE_SECONDS
         while runner.cmd is not None and (left := until - time.monotonic()) > 0:
-            ready = poll.poll(left * 1000)
-            keys = self.sel.get_map()
-            if not ready or any(ours.get(fd) != getattr(keys.get(fd), "data", None) for fd, _ in ready):
-                return  # nothing yet, or something of the loop's (or a registration changed meanwhile)
-            for fd, _ in ready:
-                if ours[fd] == "status":
+            ready = self.sel.select(left)  # (the loop's own selector: one system call, nothing to set up)
+            if not ready or any(key.data not in SHELL_KEYS for key, _ in ready):
+                return  # nothing yet, or something of the loop's
+            for key, _ in ready:
+                if key.data == "status":
                     self._watch(time.monotonic(), ending=True)
                     runner.on_status(drained=len(ready) == 1)
                     if runner.cmd is None and shell.loop:  # its save ends in a moment: heard now, not on a turn
                         shell.status.wait_saved(SETTLE_SECONDS)
                     return
-                runner.on_output(fd, ours[fd])
+                if self.sel.get_map().get(key.fd) is key:  # (not unregistered by the one before it)
+                    runner.on_output(key.fd, key.data)
             runner.tick(time.monotonic())
 
     # -- loop --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import select
 import socket
 import struct
@@ -30,6 +31,7 @@ BROKEN = wrapper.BROKEN.encode()
 
 TAG_BYTES = 16  # BLAKE2s, as bashloop.c computes it
 CRED_SIZE = struct.calcsize("iII")  # struct ucred: pid, uid, gid
+CMSG_BYTES = socket.CMSG_SPACE(CRED_SIZE)
 KEEP = 16384  # bytes of unmatched data kept while waiting for the real record (the loop's are under 4.2 KB)
 
 
@@ -38,6 +40,18 @@ class Status(NamedTuple):
     cwd: str
     syntax_error: bool
     broken: bool = False  # it did not run: the builtins the wrapper needs are disabled for good
+
+
+_RANDOMS = bytearray()  # for the next commands' nonces
+
+
+def new_nonce() -> bytes:
+    """16 random bytes, as hex; drawn from the kernel 64 at a time (a system call less a command)."""
+    if not _RANDOMS:
+        _RANDOMS[:] = os.urandom(16 * 64)
+    raw = _RANDOMS[-16:]
+    del _RANDOMS[-16:]
+    return raw.hex().encode()
 
 
 def tag(key: bytes, data: bytes) -> bytes:
@@ -58,6 +72,9 @@ class StatusChannel:
 
     def __init__(self, fd: int, pid: int, key: bytes | None = None) -> None:
         self.fd, self.pid = fd, pid
+        # A socket object of its own (a dup of `fd`), made once: making one per read asked the kernel
+        # three times what the socket is (getsockname, getsockopt) before every record.
+        self.sock = socket.socket(fileno=os.dup(fd)) if fd >= 0 else None
         self.key = key  # the compiled loop's records end with a tag under it (bashloop.c)
         self.buf = bytearray()
         self.nonce = b""  # the running command's: its status record starts with it
@@ -156,15 +173,19 @@ class StatusChannel:
                 return "ended"
         return "saved"
 
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
     def _read_from_bash(self) -> tuple[bytes, bool] | None:
         """A read (b"" at the channel's end) and whether bash itself wrote it; None when nothing is there."""
-        sock = socket.socket(fileno=self.fd)
+        if self.sock is None:
+            raise EOFError("the shell's status channel is closed")
         try:
-            data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(CRED_SIZE))
+            data, ancillary, _, _ = self.sock.recvmsg(4096, CMSG_BYTES)
         except BlockingIOError:
             return None
-        finally:
-            sock.detach()
         pids = [
             struct.unpack("i", cred[:4])[0]
             for level, kind, cred in ancillary
