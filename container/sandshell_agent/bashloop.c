@@ -98,6 +98,7 @@ extern sh_builtin_func_t *this_shell_builtin;
 #define END "__ss_end"
 
 static int status_fd = -1, error_fd = -1, input_fd = -1, null_fd = -1, running;
+static FILE *error_file; /* the shell's first stderr (error_fd), unbuffered */
 static dev_t input_dev;
 static ino_t input_ino;
 static char *state_dir;
@@ -122,6 +123,30 @@ static int read_full(int fd, char *buf, size_t n) {
       pending();
     else
       return -1;
+  }
+  return 0;
+}
+
+/* Bash's input through a buffer: a command's head and bytes in one read (the agent sends a command
+   only once the last one's save is done, so what is read belongs to this command). */
+static char input_buf[16384];
+static size_t input_at, input_end;
+
+static int read_input(char *buf, size_t n) {
+  while (n > 0) {
+    if (input_at == input_end) {
+      ssize_t r = read(input_fd, input_buf, sizeof input_buf);
+      if (r > 0)
+        input_at = 0, input_end = (size_t)r;
+      else if (r < 0 && errno == EINTR)
+        pending();
+      else
+        return -1;
+      continue;
+    }
+    size_t take = input_end - input_at < n ? input_end - input_at : n;
+    memcpy(buf, input_buf + input_at, take);
+    input_at += take, buf += take, n -= take;
   }
   return 0;
 }
@@ -306,15 +331,15 @@ static void rearm(void) {
    patterns allowed (a command may turn `extglob` on before it uses them); errors go to the shell's
    first stderr. */
 static int parses(char *command) {
-  int saved = fcntl(2, F_DUPFD_CLOEXEC, 10), extglob = extended_glob;
-  dup2(error_fd, 2);
+  FILE *real = stderr; /* bash's parser writes its errors to `stderr`: pointed there, no descriptor moves */
+  int extglob = extended_glob;
+  if (error_file != NULL)
+    stderr = error_file;
   extended_glob = 1;
   int r = parse_and_execute(command, "eval", SEVAL_NOHIST | SEVAL_NOFREE | SEVAL_RESETLINE | SEVAL_PARSEONLY);
   extended_glob = extglob;
-  if (saved >= 0)
-    dup2(saved, 2), close(saved);
-  else
-    close(2);
+  fflush(stderr);
+  stderr = real;
   return r == 0;
 }
 
@@ -330,7 +355,7 @@ static char *next_command(char *nonce, int *clean) {
   pending();
   if (syscall(SYS_fstat, input_fd, &st) != 0 || st.st_dev != input_dev || st.st_ino != input_ino)
     give_up("the shell's input was closed or replaced");
-  if (read_full(input_fd, head, HEAD) != 0)
+  if (read_input(head, HEAD) != 0)
     exit_shell(last_command_exit_value);
   size_t size = 0;
   for (int i = NONCE; i < NONCE + LENGTH; i++) {
@@ -339,7 +364,7 @@ static char *next_command(char *nonce, int *clean) {
     size = size * 10 + (size_t)(head[i] - '0');
   }
   char *command = size <= COMMAND_MAX ? malloc(NONCE + LENGTH + size + 1) : NULL;
-  if (command == NULL || read_full(input_fd, command + NONCE + LENGTH, size) != 0)
+  if (command == NULL || read_input(command + NONCE + LENGTH, size) != 0)
     give_up("the shell's input ended mid-command");
   memcpy(command, head, NONCE + LENGTH);
   tag(command, NONCE + LENGTH + size, expect);
@@ -374,6 +399,8 @@ static int loop_builtin(WORD_LIST *list) {
   close(null);
   fcntl(status_fd, F_SETFD, FD_CLOEXEC);
   fcntl(error_fd, F_SETFD, FD_CLOEXEC);
+  if ((error_file = fdopen(error_fd, "w")) != NULL)
+    setvbuf(error_file, NULL, _IONBF, 0);
   struct stat st;
   if (input_fd < 0 || null_fd < 0 || syscall(SYS_fstat, input_fd, &st) != 0)
     give_up("the command loop cannot take its input");
