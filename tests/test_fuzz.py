@@ -26,6 +26,14 @@ def test_frame_reader_never_crashes_on_any_bytes(chunks: list[bytes]) -> None:
                 assert isinstance(item["type"], str)
 
 
+@given(st.sampled_from("[{"), st.integers(min_value=900, max_value=200_000))
+@settings(max_examples=10, deadline=None)
+def test_a_frame_nested_too_deeply_is_malformed_not_a_crash(bracket: str, depth: int) -> None:
+    line = (bracket if bracket == "[" else '{"a":') * depth
+    (item,) = FrameReader(max_frame=1 << 20).feed(line.encode() + b"\n")
+    assert isinstance(item, FrameError) and item.code == "malformed"
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import select
 import socket
@@ -24,7 +25,7 @@ READ_BYTES = 256 * 1024
 # per piece: 100 MB took ~20,000 reads and 0.2-0.4 s of the engine's CPU; piled up, a third less.
 PILE_BYTES = 8192
 PILE_SECONDS = 0.0005
-KERNEL_WAIT = 1.0  # seconds a read of a plain socket waits before its deadline is checked again
+SPARE_WAIT = 1.0  # seconds a read of a plain socket may block after a poll said it would not
 SEND_WAIT = 30.0  # seconds a send may wait for the engine to take it before the link counts as lost
 
 
@@ -43,7 +44,7 @@ class Connection:
         self._reader = FrameReader(MAX_FRAME)
         self._frames: deque[dict[str, Any] | FrameError] = deque()
         self._send_lock = threading.Lock()
-        self._kernel_timed = False  # the socket's waits are bounded by the kernel (_kernel_timeouts)
+        self._poller: select.poll | None = None  # a plain socket's, kept blocking (_blocking)
         self.stderr: deque[str] = deque(maxlen=20)  # what the agent said on stderr (attach only)
         self.nonce = ""
 
@@ -52,7 +53,7 @@ class Connection:
         self.close()
         self.nonce = secrets.token_hex(16)
         sock = self._connect(timeout)
-        self._kernel_timeouts(sock)
+        self._blocking(sock)
         self.sock = sock
         self._reader = FrameReader(MAX_FRAME)
         self._frames.clear()
@@ -156,33 +157,32 @@ class Connection:
         return frame
 
     def _recv_within(self, sock: socket.socket, left: float | None) -> bytes | None:
-        """One read, waiting at most `left` seconds (None: no end); None when it waited in vain but
-        for less than `left`. A plain socket stays blocking with the kernel's own timeouts on it
-        (`_kernel_timeouts`): one system call a read, where Python's timeout makes three (set the
-        mode, poll, read) and one more before every send."""
-        if not self._kernel_timed:
+        """One read, waiting at most `left` seconds (None: no end); None when nothing came in time.
+        A plain socket stays blocking (`_blocking`): a `poll` that keeps the deadline (Python works
+        out the time left again after a signal), then the read: two system calls, where Python's
+        own timeout makes three (set the mode, poll, read) and one more before every send."""
+        poller = self._poller
+        if poller is None:
             sock.settimeout(left)
             return sock.recv(READ_BYTES)
-        if left is not None and left < KERNEL_WAIT:  # the last moments before a deadline: exact
-            sock.settimeout(left)
-            try:
-                return sock.recv(READ_BYTES)
-            finally:
-                sock.settimeout(None)
+        if not poller.poll(None if left is None else max(1, math.ceil(left * 1000))):
+            return None
         try:
             return sock.recv(READ_BYTES)
-        except BlockingIOError:  # SO_RCVTIMEO passed
+        except BlockingIOError:  # readable, then not (SO_RCVTIMEO: a read never blocks for long)
             return None
 
-    def _kernel_timeouts(self, sock: socket.socket) -> None:
-        """Let the kernel bound a plain socket's waits: a read returns after KERNEL_WAIT without data
-        (the caller checks its deadline and reads again), a send gives up after SEND_WAIT. Not for TLS
-        (whose reads must not stop halfway through a record) nor for other kinds of stream."""
-        self._kernel_timed = type(sock) is socket.socket
-        if self._kernel_timed:
+    def _blocking(self, sock: socket.socket) -> None:
+        """A plain socket in blocking mode, its reads polled first (`_recv_within`), the kernel
+        bounding what could still block: a read SPARE_WAIT, a send SEND_WAIT. Not for TLS (whose
+        reads may wait for the rest of a record) nor for other kinds of stream."""
+        self._poller = None
+        if type(sock) is socket.socket:
             sock.settimeout(None)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(KERNEL_WAIT))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(SPARE_WAIT))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(SEND_WAIT))
+            self._poller = select.poll()
+            self._poller.register(sock, select.POLLIN)
 
     def request(self, frame: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         """Send a request and wait for the reply with the same id (other frames are skipped)."""

@@ -147,7 +147,9 @@ class Command:
     def frames(self, final: bool = False) -> list[dict[str, Any]]:
         """Drain queued text into output frames in arrival order, at most CHUNK_CHARS each."""
         if final:
-            for stream, dec in self.decoders.items():
+            for stream in ("stdout", "stderr"):
+                if (dec := self.decoders.get(stream)) is None:
+                    continue
                 rest = dec.decode(b"", final=True)
                 if rest:
                     self._queue(stream, rest)

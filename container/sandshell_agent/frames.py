@@ -118,6 +118,8 @@ def _parse(line: bytes) -> dict[str, Any] | FrameError:
         frame = _DECODE(line.decode("utf-8", "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as e:
         return FrameError("malformed", f"not JSON: {e}")
+    except RecursionError:  # a line of ~1,000 nested brackets: it crashed the reader (a code review)
+        return FrameError("malformed", "not JSON: nested too deeply")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         return FrameError("malformed", "a frame is a JSON object with a string 'type'")
     return frame

@@ -43,6 +43,7 @@ class Status(NamedTuple):
 
 
 _RANDOMS = bytearray()  # for the next commands' nonces
+os.register_at_fork(after_in_child=_RANDOMS.clear)  # (a child drawing from a copy would repeat them)
 
 
 def new_nonce() -> bytes:
