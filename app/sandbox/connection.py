@@ -242,6 +242,10 @@ class AttachConnection(Connection):
         return sock  # type: ignore[no-any-return]
 
     def _feed(self, data: bytes) -> None:
+        whole = data[:1] == b"\x01" and int.from_bytes(data[4:8], "big") == len(data) - 8  # one piece of stdout
+        if whole and not self._raw and self._sync is None:
+            self._frames.extend(self._reader.feed(data[8:]))  # (a result: as it is)
+            return
         buf = self._raw
         buf += data
         pos = 0

@@ -74,6 +74,12 @@ class FrameReader:
         return self._body_size - len(self._buf) if self._body is not None else 0
 
     def feed(self, data: bytes) -> list[dict[str, Any] | FrameError]:
+        whole = data[:1] == b"{" and data.find(b"\n") == len(data) - 1 and len(data) <= self.max_frame
+        if whole and not self._buf and self._body is None and not self._skipping:
+            # One whole frame and nothing before it (a request, a result): parsed as it is.
+            item = _parse(data[:-1])
+            if not isinstance(item, dict) or "bytes" not in item:
+                return [item]
         self._buf += data
         out: list[dict[str, Any] | FrameError] = []
         buf, start = self._buf, 0
