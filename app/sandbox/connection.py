@@ -195,10 +195,8 @@ class Connection:
 
     def close(self) -> None:
         if self.sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.sock.close()
-            except OSError:
-                pass
             self.sock = None
 
 
