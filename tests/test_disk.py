@@ -84,6 +84,17 @@ def test_one_huge_file_stops_at_the_file_limit(file_box: tuple[Sandbox, Path]) -
     sb.execute("rm -f /app/big")
 
 
+def test_the_file_limit_notice_comes_with_the_error_not_with_the_words(file_box: tuple[Sandbox, Path]) -> None:
+    sb, _ = file_box
+    said = sb.execute("echo File too large; echo 'EFBIG (File too large) is errno 27'")
+    assert "size limit" not in (said.notice or ""), said
+    # Python ignores SIGXFSZ: its write fails with EFBIG, and it says so
+    r = sb.execute("python3 -c \"open('/app/p', 'wb').write(b'x' * 60_000_000)\"", timeout=60)
+    assert r.return_code == 1 and "File too large" in r.output, r
+    assert "file reached the size limit" in (r.notice or ""), r
+    sb.execute("rm -f /app/p")
+
+
 def test_yes_into_a_file_stops_at_the_file_limit(file_box: tuple[Sandbox, Path]) -> None:
     sb, ws = file_box
     stopped_quickly(sb, ws, "yes > /app/y", "SANDSHELL_FILE_LIMIT", whole_line=False)

@@ -16,7 +16,10 @@ FLUSH_SECONDS = 0.05
 TAIL_BYTES = 8 * 1024
 READ_BYTES = 256 * 1024  # a read of a command's output (see shell.OUTPUT_BUFFER)
 DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends
-FILE_TOO_LARGE = (b"File size limit exceeded", b"File too large")  # bash on SIGXFSZ; strerror(EFBIG)
+# bash's word for a program SIGXFSZ killed; strerror(EFBIG) as a program that ignores the signal
+# reports it (`cp: error writing 'x': File too large`, Python's `[Errno 27] File too large`), not the
+# bare words, which a command may print for other reasons
+FILE_TOO_LARGE = (b"File size limit exceeded", b": File too large", b"] File too large")
 DECODER = codecs.getincrementaldecoder("utf-8")
 
 
