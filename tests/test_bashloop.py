@@ -195,6 +195,15 @@ def test_extended_patterns_turned_on_in_the_command_itself_pass_the_check(sb: Sa
     assert r.output == "matched\n" and not r.syntax_error, r
 
 
+def test_a_syntax_error_reaches_the_output_whatever_the_model_did_to_fd_2(sb: Sandbox) -> None:
+    """The check's errors go to the shell's first stderr, not to whatever fd 2 is by then."""
+    for setup in ("exec 2>/dev/null", "exec 2>&-"):
+        assert sb.execute(setup).return_code == 0
+        r = sb.execute("if then")
+        assert r.syntax_error and "syntax error near unexpected token `then'" in r.output, (setup, r)
+        assert sb.execute("echo still").output == "still\n"
+
+
 @pytest.mark.parametrize("compiler", ["/nonexistent/cc", "false"])
 def test_no_working_compiler_builds_no_library_and_says_so_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiler: str

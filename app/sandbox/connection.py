@@ -147,7 +147,7 @@ class Connection:
             except OSError as e:
                 raise ConnectionLost(f"receive failed: {e}") from None
             if data is None:
-                continue  # the kernel's timeout passed, not yet the deadline
+                continue  # the wait passed, not yet the deadline
             if not data:
                 raise ConnectionLost("the agent closed the connection")
             self._feed(data)

@@ -11,7 +11,7 @@ import subprocess
 
 from . import files, procs
 from .shellenv import EDITOR_STUBS, base_env
-from .status import Status, StatusChannel, new_nonce, tag
+from .status import Status, StatusChannel, tag
 from .wrapper import (
     ERROR_FD,
     EXEC_STATE,
@@ -256,7 +256,7 @@ class Shell:
         into the status channel itself is not taken for the real one. The line is always the same
         and holds no secret (`set -v` echoes it, `set -x` and a DEBUG trap see it).
         """
-        nonce = new_nonce()
+        nonce = secrets.token_hex(16).encode()
         self.status.expect(nonce)
         if self.loop:  # the loop reads the bytes as they are, behind a tag it checks under the key
             head = b"%s%0*d" % (nonce, LENGTH_DIGITS, len(command))

@@ -42,19 +42,6 @@ class Status(NamedTuple):
     broken: bool = False  # it did not run: the builtins the wrapper needs are disabled for good
 
 
-_RANDOMS = bytearray()  # for the next commands' nonces
-os.register_at_fork(after_in_child=_RANDOMS.clear)  # (a child drawing from a copy would repeat them)
-
-
-def new_nonce() -> bytes:
-    """16 random bytes, as hex; drawn from the kernel 64 at a time (a system call less a command)."""
-    if not _RANDOMS:
-        _RANDOMS[:] = os.urandom(16 * 64)
-    raw = _RANDOMS[-16:]
-    del _RANDOMS[-16:]
-    return raw.hex().encode()
-
-
 def tag(key: bytes, data: bytes) -> bytes:
     """The compiled loop's tag of `data` under `key` (blake2s.h), as hex."""
     return hashlib.blake2s(data, key=key, digest_size=TAG_BYTES).hexdigest().encode()
