@@ -8,7 +8,7 @@ sandbox, the session and the UI.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
@@ -183,6 +183,9 @@ class Settings:
     shell_loop: Literal["auto", "off"] = _f(
         "SANDSHELL_SHELL_LOOP", "auto", "auto (a compiled command loop if the image's bash loads it) or off (bash only)"
     )
+    agent_code: Literal["compiled", "source"] = _f(
+        "SANDSHELL_AGENT_CODE", "compiled", "compiled (the agent as compiled with the image, if it was) or source"
+    )
     state_limit: int = _f(
         "SANDSHELL_STATE_LIMIT", 16 * 1024, "bytes read of /app/goal, /app/system.md and /app/config.json each"
     )
@@ -241,15 +244,12 @@ class Settings:
         return p if p.is_absolute() else self.home_dir / p
 
     def replace(self, **changes: Any) -> Settings:
-        import dataclasses
-
-        return dataclasses.replace(self, **changes)
+        return replace(self, **changes)
 
 
 def default_env_file(environ: dict[str, str] | None = None) -> Path:
     """`.env` in SANDSHELL_HOME, or in the current directory."""
-    env = os.environ if environ is None else environ
-    return Path(env.get("SANDSHELL_HOME") or ".").expanduser() / ".env"
+    return Path((os.environ if environ is None else environ).get("SANDSHELL_HOME") or ".").expanduser() / ".env"
 
 
 def load(

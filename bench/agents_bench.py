@@ -5,6 +5,8 @@ under test), so the machine's noise falls on all of them alike.
 Run: .venv/bin/python bench/agents_bench.py DIR [DIR ...] [--rounds 8] [--mb 100] [--commands N]
 e.g. git archive HEAD~1 container | tar -x -C /tmp/old, then
      .venv/bin/python bench/agents_bench.py /tmp/old/container container
+A DIR written DIR:source runs that image's agent from its Python source (SANDSHELL_AGENT_CODE=source),
+e.g. `container:source container` sets the compiled agent against its source in one image.
 Prints a Markdown table: MB/s (median and range) and the agent's CPU a flood (median; the agent is
 the container's PID 1, read from the host's /proc, all its threads: the disk watchdog's included).
 With --commands N: each round runs N `true`s in each sandbox, and the table gives the median round
@@ -35,43 +37,45 @@ def cpu(p: psutil.Process) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("containers", nargs="+", type=Path, help="container/ folders to build images from")
+    ap.add_argument("containers", nargs="+", help="container/ folders to build images from (DIR:source: not compiled)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--commands", type=int, default=0, help="round trips of `true` a round instead of floods")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
     command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
-    rows: dict[Path, list[tuple[float, float]]] = {c: [] for c in args.containers}
+    rows: dict[str, list[tuple[float, float]]] = {c: [] for c in args.containers}
     with contextlib.ExitStack() as stack:
         boxes = []
-        for folder in args.containers:
-            image.container_dir = lambda folder=folder: folder.resolve()  # type: ignore[attr-defined,misc]
+        for name in args.containers:
+            folder = Path(name.removesuffix(":source")).resolve()
+            image.container_dir = lambda folder=folder: folder  # type: ignore[attr-defined,misc]
+            code = "source" if name.endswith(":source") else "compiled"
             workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings))
+            sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings.replace(agent_code=code)))
             sb.container.reload()
-            boxes.append((folder, sb, psutil.Process(sb.container.attrs["State"]["Pid"])))
+            boxes.append((name, sb, psutil.Process(sb.container.attrs["State"]["Pid"])))
             sb.execute("true")
         if args.commands:
             round_trips(boxes, args.rounds, args.commands)
             return
         for _ in range(args.rounds):
-            for folder, sb, agent in boxes:
+            for name, sb, agent in boxes:
                 before, start = cpu(agent), time.perf_counter()
                 got = sum(len(e.data) for e in sb.stream(command, timeout=300) if isinstance(e, Output))
                 assert got >= args.mb << 20, got
-                rows[folder].append((args.mb / (time.perf_counter() - start), cpu(agent) - before))
+                rows[name].append((args.mb / (time.perf_counter() - start), cpu(agent) - before))
     print(f"({args.rounds} rounds of {args.mb} MB, alternating)")
     print("| agent from | MB/s, median (range) | agent CPU a flood |")
     print("|---|---|---|")
-    for folder, got in rows.items():
-        mbs, used = (list(c) for c in zip(*got, strict=True))
+    for name, runs in rows.items():
+        mbs, used = (list(c) for c in zip(*runs, strict=True))
         speed = f"{statistics.median(mbs):.0f} ({min(mbs):.0f}-{max(mbs):.0f})"
-        print(f"| {folder} | {speed} | {statistics.median(used):.2f} s |")
+        print(f"| {name} | {speed} | {statistics.median(used):.2f} s |")
 
 
-def round_trips(boxes: list[tuple[Path, Sandbox, psutil.Process]], rounds: int, commands: int) -> None:
-    rows: dict[Path, list[tuple[float, float, float]]] = {folder: [] for folder, _, _ in boxes}
+def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, commands: int) -> None:
+    rows: dict[str, list[tuple[float, float, float]]] = {folder: [] for folder, _, _ in boxes}
     for _ in range(rounds):
         for folder, sb, agent in boxes:
             bash = next(c for c in agent.children() if c.name() == "bash")

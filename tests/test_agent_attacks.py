@@ -17,11 +17,14 @@ from sandshell.sandbox.sandbox import Sandbox
 from .conftest import _base_settings
 
 
-@pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])
+@pytest.fixture(params=[("auto", "compiled"), ("off", "source")], ids=["loop", "wrapper-source"])
 def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """Both ways commands run: the compiled loop (the default) and the bash functions alone."""
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=request.param)
+    """Both ways commands run: the compiled loop (the default) and the bash functions alone; the
+    agent compiled (the default) and from its source."""
+    loop, code = request.param
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=loop, agent_code=code)
     with Sandbox(workspace=workspace, settings=settings) as sb:
+        assert sb.hello.get("code") == code, sb.hello
         yield sb
 
 

@@ -159,3 +159,28 @@ def test_the_hosts_result_parser_takes_any_frame(frame: dict[str, object]) -> No
     f = FileContent.from_frame(frame)
     assert f.content is None or isinstance(f.content, str)
     ModelState.from_frame(frame)
+
+
+JSONISH = st.text(alphabet=st.sampled_from(list('{}[]",:0123456789.eE+- \t\r\x00\\unltrfasé\ud800')), max_size=60)
+
+
+@FUZZ
+@given(st.one_of(JSONISH, st.builds(lambda kind, v, tail: json.dumps({"type": kind, **v}) + tail,
+       st.one_of(st.text(max_size=5), st.integers()), st.dictionaries(st.text(max_size=5),
+       st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)), max_size=4),
+       st.sampled_from(["", " ", "\t\r", "x", "{}", "]", " 1"]))))  # fmt: skip
+def test_the_frame_parser_takes_what_json_takes(text: str) -> None:
+    """The frame parser calls JSON's C scanner itself (not `json.loads`): it must accept exactly the
+    objects with a string `type` that `json.loads` does, with the same content."""
+    from sandshell_agent.frames import _parse
+
+    line = text.encode("utf-8", "surrogatepass")
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        expected = None
+    got = _parse(line)
+    if isinstance(expected, dict) and isinstance(expected.get("type"), str):
+        assert got == expected or json.dumps(got) == json.dumps(expected), (text, got)
+    else:
+        assert isinstance(got, FrameError), (text, got)

@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +26,11 @@ LOOP_SOURCE = "bashloop.c"  # in the agent's folder; compiled into the build con
 # Images carry their own key: a container inherits its image's labels, and one made from the
 # image by hand must not look like a session to the reaper, which keys on sandshell.session.
 LABEL = "sandshell.image"
+# The agent's modules on a command's path, compiled with mypyc (chmods, sysfilter and the others are
+# started once, or run off the path in threads; mypyc also fails on their ctypes).
+NATIVE = ("channel", "command", "execstate", "files", "frames", "outbox", "poller", "procs", "runner", "server",
+          "shell", "status", "stdio", "watchdog")  # fmt: skip
+NATIVE_GROUP = "native"  # their shared runtime: sandshell_agent/native__mypyc.*.so
 
 Log = Callable[[str], None]
 
@@ -176,6 +182,48 @@ def compile_loop(folder: Path, log: Log) -> bool:
     return True
 
 
+def compile_agent(folder: Path, log: Log) -> bool:
+    """Compile the agent's command path (`NATIVE`) with mypyc (part of mypy) into extension modules
+    in `sandshell_agent/compiled/` of `folder`, a copy of the build context. Built for this Python
+    (its headers; the image's must be the same version, as on Debian bookworm's): an image with
+    another python3 ignores them (their names say the version) and runs the sources, as it does
+    where this fails, and when the host sets SANDSHELL_AGENT_CODE=source. Compiled code differs
+    from CPython's where a test the type checker thinks settled is made again (a TypeError: the
+    agent is checked with warn_unreachable) and in a memoryview's slice, whose bound mypyc
+    evaluates twice (keep calls out of those): the tests run against the compiled agent."""
+    script = (
+        "import sys; from setuptools import setup; from mypyc.build import mypycify; "
+        "mods = [f'sandshell_agent/{m}.py' for m in sys.argv[1:]]; "
+        "sys.argv = ['setup', 'build_ext', '--inplace', '-q']; "
+        "setup(name='sandshell_agent', script_args=sys.argv[1:], "
+        "ext_modules=mypycify(mods, group_name='sandshell_agent.GROUP', opt_level='3', debug_level='0'))"
+    ).replace("GROUP", NATIVE_GROUP)
+    start, why = time.monotonic(), ""
+    try:
+        run = [sys.executable, "-c", script, *NATIVE]
+        done = subprocess.run(run, cwd=folder, capture_output=True, text=True, timeout=900)
+        if done.returncode:
+            errors = [ln for ln in (done.stderr + done.stdout).splitlines() if "error" in ln.lower()]
+            why = errors[-1] if errors else done.stderr.strip()[-300:] or f"exit status {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = str(e)
+    shutil.rmtree(folder / "build", ignore_errors=True)  # (its C sources and objects: not for the image)
+    agent, loop = folder / "sandshell_agent", Path(LOOP_SOURCE).with_suffix(".so").name
+    built = [lib for lib in agent.glob("*.so") if lib.name != loop]
+    if not why and len(built) != len(NATIVE) + 1:  # (a module each and their shared runtime)
+        why = f"it made {len(built)} modules where {len(NATIVE) + 1} were expected"
+    if why:
+        log(f"could not compile the agent ({why[:300]}); the sandbox runs it from its sources")
+        for lib in built:
+            lib.unlink()
+        return False
+    (agent / "compiled").mkdir()  # found first by the agent's package (its __init__), unless told otherwise
+    for lib in built:
+        lib.rename(agent / "compiled" / lib.name)
+    log(f"compiled the agent's command path in {time.monotonic() - start:.0f}s")
+    return True
+
+
 def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
     log_file = settings.path(".cache/logs/image-build.log")
     base = resolve_base(client, settings, log, log_file)
@@ -184,6 +232,7 @@ def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) 
         context = Path(tmp) / "context"
         shutil.copytree(container_dir(), context, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
         compile_loop(context, log)
+        compile_agent(context, log)
         _build_in(client, context, tag, base, log_file)
     return tag
 

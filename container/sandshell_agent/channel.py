@@ -18,6 +18,7 @@ from typing import Any
 from . import PROTOCOL_VERSION
 from .frames import FrameError, FrameReader, encode
 from .outbox import OutBuffer, Replay, Sender, Window
+from .poller import Poller
 
 READ_BYTES = 64 * 1024
 # Output kept for a host that reconnects mid-command: more than can be in flight when the link
@@ -47,7 +48,7 @@ class Channel(Sender):
     def __init__(
         self,
         listener: socket.socket,
-        sel: selectors.BaseSelector,
+        sel: Poller,
         token: str,
         max_frame: int,
         hello: Callable[[], dict[str, Any]],

@@ -59,7 +59,10 @@ def _write(path: str, data: bytes) -> None:
         os.ftruncate(fd, 0)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view) :]
+            # (not `view[os.write(fd, view):]`: mypyc evaluates a memoryview's slice bound twice, and
+            # the state was written twice: the agent's tests caught it; see image.compile_agent)
+            written = os.write(fd, view)
+            view = view[written:]
     finally:
         os.close(fd)
 

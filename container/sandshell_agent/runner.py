@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from . import execstate, files, procs
 from .command import READ_BYTES, Command, Limits
+from .poller import Poller
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
 
@@ -29,7 +30,7 @@ class Runner:
 
     def __init__(
         self,
-        sel: selectors.BaseSelector,
+        sel: Poller,
         send: Send,
         shell: Shell,
         limits: Limits,

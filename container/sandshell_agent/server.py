@@ -11,11 +11,12 @@ import socket
 import time
 from typing import Any
 
-from . import AGENT_NAME, files, procs
+from . import AGENT_NAME, compiled, files, procs
 from .channel import Channel, error
 from .command import Limits
 from .diskguard import DiskGuard
 from .frames import FrameError, refusal
+from .poller import Poller
 from .runner import Runner
 from .shell import Shell, loop_loads
 from .stdio import StdioChannel
@@ -58,7 +59,7 @@ class Agent:
     ) -> None:
         """Serve the host on a listening socket (with the token), or on stdin/stdout (`stdio`)."""
         self.cfg = cfg
-        self.sel = selectors.DefaultSelector()
+        self.sel = Poller()
         self.channel: Channel | StdioChannel
         if stdio is not None:
             self.channel = StdioChannel(*stdio, self.sel, cfg.max_frame, self._hello)
@@ -94,7 +95,8 @@ class Agent:
         r = self.runner
         running = r.cmd.id if r.cmd else None
         return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.cwd,
-                "running": running, "shell": "loop" if r.shell.loop else "wrapper"}  # fmt: skip
+                "running": running, "shell": "loop" if r.shell.loop else "wrapper",
+                "code": "compiled" if compiled(__name__) else "source"}  # fmt: skip
 
     # -- requests ----------------------------------------------------------------------------
     def _handle(self, frame: dict[str, Any]) -> None:
@@ -181,7 +183,7 @@ class Agent:
                 if key.data == "status":
                     self._watch(time.monotonic(), ending=True)
                     runner.on_status(drained=len(ready) == 1)
-                    if runner.cmd is None and shell.loop:  # its save ends in a moment: heard now, not on a turn
+                    if _idle(runner) and shell.loop:  # its save ends in a moment: heard now, not on a turn
                         shell.status.wait_saved(SETTLE_SECONDS)
                     return
                 if self.sel.get_map().get(key.fd) is key:  # (not unregistered by the one before it)
@@ -205,11 +207,8 @@ class Agent:
         notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
         if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
             runner.notice = "; ".join(n for n in (runner.notice, self.oom.check()) if n)
-        if runner.cmd is not None and not self.disk.busy.is_set():
-            self.disk.busy.set()  # a command started: the disk watchdog scans often now
-        elif runner.cmd is None and self.disk.busy.is_set():
-            self.disk.busy.clear()
-        disk = self.disk.take()
+        self.disk.busy = runner.cmd is not None  # while a command runs, the disk watchdog scans often
+        disk = self.disk.take() if self.disk.over is not None else None  # (take() looks first too)
         if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
             procs.signal_all([runner.shell.pid], signal.SIGCONT)
         for news in (notice, disk):
@@ -263,6 +262,12 @@ class Agent:
             runner.tick(now)
             if self.pid1:
                 procs.reap_orphans(keep=runner.shell.pid)
+
+
+def _idle(runner: Runner) -> bool:
+    """No command running. (A call, not `cmd is None`: the type checker keeps a test of `cmd` true
+    across the calls that end the command, and the compiled agent then checks it as a Command.)"""
+    return runner.cmd is None
 
 
 def _has_pw(uid: int) -> bool:

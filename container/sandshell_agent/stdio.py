@@ -19,6 +19,7 @@ from . import PROTOCOL_VERSION
 from .channel import READ_BYTES, REPLAY_BYTES, error
 from .frames import FrameError, FrameReader, encode
 from .outbox import OutBuffer, PipeOut, Replay, Sender, Window
+from .poller import Poller
 
 PIPE_BYTES = 1 << 20
 
@@ -44,7 +45,7 @@ class StdioChannel(Sender):
     """The same interface as `Channel`: send, flush, receive; the host says hello on every attach."""
 
     def __init__(
-        self, fd_in: int, fd_out: int, sel: selectors.BaseSelector, max_frame: int, hello: Callable[[], dict[str, Any]]
+        self, fd_in: int, fd_out: int, sel: Poller, max_frame: int, hello: Callable[[], dict[str, Any]]
     ) -> None:
         self.fd_in, self.out = fd_in, PipeOut(fd_out)
         self.sel = sel

@@ -22,11 +22,11 @@ def _open_counter(pids_limit: int) -> int | None:
     for path in CGROUP_PIDS:
         try:
             with open(os.path.join(os.path.dirname(path), "pids.max")) as f:
-                if f.read().strip() != str(pids_limit):
-                    continue
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                ours = f.read().strip() == str(pids_limit)
+            if ours:
+                return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            continue
+            pass
     return None
 
 

@@ -1,0 +1,90 @@
+"""The agent loop's epoll (`poller.py`), set against `selectors.EpollSelector` on real descriptors:
+the same keys, masks and errors for what the agent does with it."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+
+import pytest
+
+from sandshell_agent.poller import Poller
+
+
+def _ready(sel: Poller | selectors.EpollSelector, timeout: float = 0.0) -> list[tuple[int, int, object]]:
+    return sorted((key.fd, mask, key.data) for key, mask in sel.select(timeout))
+
+
+def test_it_reports_what_selectors_reports() -> None:
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    mine, theirs = Poller(), selectors.EpollSelector()
+    try:
+        for sel in (mine, theirs):
+            sel.register(r, selectors.EVENT_READ, "pipe")
+            sel.register(a, selectors.EVENT_READ | selectors.EVENT_WRITE, "sock")
+        assert _ready(mine) == _ready(theirs) == [(a.fileno(), selectors.EVENT_WRITE, "sock")]
+        os.write(w, b"x")
+        b.send(b"y")
+        assert _ready(mine) == _ready(theirs)
+        assert len(_ready(mine)) == 2
+        for sel in (mine, theirs):
+            sel.modify(a, selectors.EVENT_READ, "sock2")
+        assert _ready(mine) == _ready(theirs) == [(r, selectors.EVENT_READ, "pipe"), (a.fileno(), 1, "sock2")]
+        os.close(w)  # a hang-up: reported ready for what it was registered for
+        os.read(r, 1)
+        assert _ready(mine) == _ready(theirs)
+        assert set(mine.get_map()) == {r, a.fileno()} and mine.get_map()[r].data == "pipe"
+    finally:
+        mine.close()
+        theirs.close()
+        os.close(r)
+        a.close()
+        b.close()
+
+
+def test_a_timeout_waits_and_nothing_ready_is_an_empty_list() -> None:
+    r, w = os.pipe()
+    sel = Poller()
+    try:
+        sel.register(r, selectors.EVENT_READ, "pipe")
+        assert sel.select(0.01) == [] and sel.select(0) == []
+    finally:
+        sel.close()
+        os.close(r)
+        os.close(w)
+
+
+def test_registering_twice_unknown_keys_and_bad_descriptors_raise_as_selectors_does() -> None:
+    r, w = os.pipe()
+    sel = Poller()
+    try:
+        sel.register(r, selectors.EVENT_READ)
+        with pytest.raises(KeyError):
+            sel.register(r, selectors.EVENT_READ)
+        with pytest.raises(KeyError):
+            sel.unregister(w)
+        with pytest.raises(KeyError):
+            sel.modify(w, selectors.EVENT_READ)
+        with pytest.raises(ValueError):
+            sel.register(-1, selectors.EVENT_READ)
+        with pytest.raises(ValueError):
+            sel.register(w, 0)
+    finally:
+        sel.close()
+        os.close(r)
+        os.close(w)
+
+
+def test_a_socket_closed_after_it_was_registered_can_still_be_unregistered() -> None:
+    a, b = socket.socketpair()
+    sel = Poller()
+    try:
+        key = sel.register(a, selectors.EVENT_READ, "client")
+        fd = a.fileno()
+        a.close()  # its fileno() is -1 now: found by the object it was registered as
+        assert sel.unregister(a) is key and fd not in sel.get_map()
+    finally:
+        sel.close()
+        b.close()
