@@ -212,9 +212,10 @@ def main() -> None:
     ap.add_argument("--tls-engine", action="store_true", help="on a second dockerd with mutual TLS")
     ap.add_argument("--ssh-engine", action="store_true", help="on this machine's engine through ssh://")
     ap.add_argument("--shell-loop", default="auto", choices=["auto", "off"], help="off: the bash functions alone")
+    ap.add_argument("--agent-code", default="compiled", choices=["compiled", "source"], help="source: not compiled")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
-    settings = settings.replace(transport=args.transport, shell_loop=args.shell_loop)
+    settings = settings.replace(transport=args.transport, shell_loop=args.shell_loop, agent_code=args.agent_code)
     if not args.tls_engine and not args.ssh_engine:
         return run(settings, args)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines
@@ -252,7 +253,7 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
           f"| {pct(cli, 0.95) / pct(agent, 0.95):.0f}x faster |")  # fmt: skip
     p_med = statistics.median(pipe)
     print(f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
-          f"| {p_med * ms:.2f} ms | {a_med / p_med:.1f}x slower |")  # fmt: skip
+          f"| {p_med * ms:.2f} ms | {a_med / p_med:.2f}x slower |")  # fmt: skip
     print(f"| of which inside the container: agent + bash on plain pipes (median) | {inside * ms:.2f} ms "
           f"| | the command's own duration in the agent (bash, mostly) {shell * ms:.2f} ms; "
           f"the engine's hop and the host library {(a_med - inside) * ms:.2f} ms |")  # fmt: skip

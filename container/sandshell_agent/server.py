@@ -25,6 +25,7 @@ from .watchdog import OomScoreWatch, PidWatchdog
 OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits for the host
 SHELL_KEYS = ("status", "stdout", "stderr")
 SETTLE_SECONDS = 0.001  # how long the agent waits for a command that just started before its loop goes on
+SPIN_SECONDS = 0.0003  # ... of which without sleeping (`_settle`)
 
 
 class Config:
@@ -172,11 +173,21 @@ class Agent:
         """Most commands end within a millisecond: wait that long for this one here, taking its output
         and its status as they come, so its result goes out without a turn of the loop (~0.1 ms of
         the agent's own work, where the loop's upkeep ran first). Anything else the loop waits on
-        (the host, the disk watchdog) ends the wait, and the loop takes it all from there."""
+        (the host, the disk watchdog) ends the wait, and the loop takes it all from there.
+        For its first SPIN_SECONDS the wait looks without sleeping, yielding the CPU between looks:
+        a `true` ends in ~0.2 ms, and waking a process that slept costs this VM tens of µs on each
+        side (~0.05 ms of a round trip; ~0.05 ms more of the agent's CPU a command)."""
         runner, shell = self.runner, self.runner.shell
-        until = time.monotonic() + SETTLE_SECONDS
-        while runner.cmd is not None and (left := until - time.monotonic()) > 0:
-            ready = self.sel.select(left)  # (the loop's own selector: one system call, nothing to set up)
+        start = time.monotonic()
+        until, spin_until = start + SETTLE_SECONDS, start + SPIN_SECONDS
+        while runner.cmd is not None and (left := until - (now := time.monotonic())) > 0:
+            if now < spin_until:
+                ready = self.sel.select(0)
+                if not ready:
+                    os.sched_yield()  # (bash may be waiting for this CPU)
+                    continue
+            else:
+                ready = self.sel.select(left)  # (the loop's own selector: one system call, nothing to set up)
             if not ready or any(key.data not in SHELL_KEYS for key, _ in ready):
                 return  # nothing yet, or something of the loop's
             for key, _ in ready:
