@@ -258,3 +258,29 @@ def test_a_process_whose_main_thread_exited_is_still_killed_with_its_command(box
     r = box.execute("sleep 0.5; wc -l < /tmp/still-alive; sleep 1; wc -l < /tmp/still-alive")
     before, after = r.output.split()
     assert before == after, f"a thread of the killed command is still writing: {r.output!r}"
+
+
+def test_a_state_file_numbered_in_other_digits_cannot_end_the_agent(box: Sandbox) -> None:
+    """`"²".isdigit()` is true and `int("²")` raises: both state scripts marked "whole ²", then
+    the shell ended, made the next shell's start raise in the agent, PID 1 (an attacker's review)."""
+    container = box.container.id
+    r = box.execute("cd /etc; for f in /run/sandshell-agent/state0.sh /run/sandshell-agent/state1.sh; do "
+                    "printf '# sandshell: whole \\xc2\\xb2\\n' > $f; done; exit 4")  # fmt: skip
+    assert r.return_code == 4 and r.restarted, r
+    r = box.execute("echo alive; pwd")
+    assert r.output.startswith("alive\n") and r.error is None, r
+    assert box.container.id == container, "the agent died and a fresh sandbox took its place"
+
+
+def test_a_cwd_that_is_not_utf8_survives_a_killed_shell(box: Sandbox) -> None:
+    """A folder named in bytes that are not UTF-8, the shell killed there (no EXIT trap, no saved
+    cwd): the next shell is sent to that cwd, and sending its name ended the agent (an attacker's
+    review)."""
+    container = box.container.id
+    r = box.execute("mkdir -p $'/tmp/\\xff' && cd $'/tmp/\\xff'")
+    assert r.cwd == "/tmp/\udcff", r  # (the name's bytes, escaped: what the agent holds and sends back)
+    r = box.execute("kill -9 $$")
+    assert r.restarted, r
+    r = box.execute("pwd | od -An -c | tr -d ' \\n'")
+    assert r.output == "/tmp/377\\n", r
+    assert box.container.id == container, "the agent died and a fresh sandbox took its place"

@@ -187,10 +187,11 @@ def compile_agent(folder: Path, log: Log) -> bool:
     in `sandshell_agent/compiled/` of `folder`, a copy of the build context. Built for this Python
     (its headers; the image's must be the same version, as on Debian bookworm's): an image with
     another python3 ignores them (their names say the version) and runs the sources, as it does
-    where this fails, and when the host sets SANDSHELL_AGENT_CODE=source. Compiled code differs
-    from CPython's where a test the type checker thinks settled is made again (a TypeError: the
-    agent is checked with warn_unreachable) and in a memoryview's slice, whose bound mypyc
-    evaluates twice (keep calls out of those): the tests run against the compiled agent."""
+    where this fails, where the image cannot import them (the Dockerfile tries), and when the host
+    sets SANDSHELL_AGENT_CODE=source. Compiled code differs from CPython's where a value the type
+    checker narrowed is read again after a call changed it (a TypeError; warn_unreachable flags
+    the re-tests, not every read) and in a slice of anything but a list, tuple, str or bytes, whose
+    bounds mypyc evaluates twice (keep calls out of them): the tests run against the compiled agent."""
     script = (
         "import sys; from setuptools import setup; from mypyc.build import mypycify; "
         "mods = [f'sandshell_agent/{m}.py' for m in sys.argv[1:]]; "
@@ -207,7 +208,8 @@ def compile_agent(folder: Path, log: Log) -> bool:
             why = errors[-1] if errors else done.stderr.strip()[-300:] or f"exit status {done.returncode}"
     except (OSError, subprocess.TimeoutExpired) as e:
         why = str(e)
-    shutil.rmtree(folder / "build", ignore_errors=True)  # (its C sources and objects: not for the image)
+    for made in ("build", ".mypy_cache"):  # (its C sources, objects and type cache: not for the image)
+        shutil.rmtree(folder / made, ignore_errors=True)
     agent, loop = folder / "sandshell_agent", Path(LOOP_SOURCE).with_suffix(".so").name
     built = [lib for lib in agent.glob("*.so") if lib.name != loop]
     if not why and len(built) != len(NATIVE) + 1:  # (a module each and their shared runtime)
@@ -217,7 +219,7 @@ def compile_agent(folder: Path, log: Log) -> bool:
         for lib in built:
             lib.unlink()
         return False
-    (agent / "compiled").mkdir()  # found first by the agent's package (its __init__), unless told otherwise
+    (agent / "compiled").mkdir(exist_ok=True)  # found first by the package (its __init__), unless told otherwise
     for lib in built:
         lib.rename(agent / "compiled" / lib.name)
     log(f"compiled the agent's command path in {time.monotonic() - start:.0f}s")

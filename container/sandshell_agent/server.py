@@ -102,6 +102,8 @@ class Agent:
     # -- requests ----------------------------------------------------------------------------
     def _handle(self, frame: dict[str, Any]) -> None:
         send = self.channel.send
+        if not isinstance(frame.get("id"), str | int | float | None):  # echoed in the reply: a list nested
+            frame["id"] = None  # as deep as the parser takes could not be encoded again (RecursionError)
         kind, rid = frame["type"], frame.get("id")
         if kind == "ping":
             send({"type": "pong", "id": rid, "busy": self.runner.cmd is not None})

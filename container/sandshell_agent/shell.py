@@ -271,7 +271,9 @@ class Shell:
         return procs.cwd_named(self.pid, said) or said
 
     def _send(self, text: str | bytes) -> None:
-        self.unsent += text.encode() if isinstance(text, str) else text
+        # surrogateescape: a cwd that is not UTF-8 (`cd $'/tmp/\xff'`) is held as its bytes escaped,
+        # and goes back to bash as those bytes (strict, it ended the agent at the next restart)
+        self.unsent += text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
         self.flush()
 
     def flush(self) -> bool:

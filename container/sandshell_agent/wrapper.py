@@ -77,7 +77,9 @@ def last_saved(state_dir: str) -> tuple[int, str | None]:
     for name in STATE_SCRIPTS:
         path = os.path.join(state_dir, name)
         mark, _, number = (files.last_line(path) or "").rpartition(" ")
-        if mark == WHOLE and number.isdigit() and int(number) >= best[0]:
+        # (isascii: "²".isdigit() is true and int("²") raises; the model writes these files, an
+        # attacker's review ended the agent so)
+        if mark == WHOLE and number.isascii() and number.isdigit() and int(number) >= best[0]:
             best = (int(number), path)
     return best
 
