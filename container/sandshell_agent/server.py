@@ -169,6 +169,7 @@ class Agent:
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
             self._watch(time.monotonic())
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
+        self.disk.busy = True  # at once: a silent command left the loop asleep up to 1 s before its look
         self._settle()
 
     def _settle(self) -> None:
