@@ -239,11 +239,29 @@ def test_a_session_that_fails_to_start_is_recorded_with_its_error(s: Settings, t
     assert isinstance(last, events.SessionEnded) and last.status == "error" and "does not exist" in (last.error or "")
 
 
+class QuitAfterPause:
+    """A sink that quits the session `seconds` after its pause began (timed from the pause, not the
+    start: the sandbox starts first, which took longer than a 2.5 s timer from the start in CI)."""
+
+    def __init__(self, control: Control, seconds: float) -> None:
+        self.control, self.seconds = control, seconds
+
+    def emit(self, event: object) -> None:
+        if isinstance(event, events.Phase) and event.name == "paused":
+            threading.Timer(self.seconds, self.control.quit).start()
+
+
 def test_a_long_pause_is_one_event_not_a_stream(s: Settings) -> None:
     control = Control()
     control.pause()
-    threading.Timer(2.5, control.quit).start()
-    _, sink, _, _ = run(s, script({"done": "never"}), control)
+    fallback = threading.Timer(60, control.quit)  # (should it never pause)
+    fallback.daemon = True
+    fallback.start()
+    sink = Collect()
+    quitter = QuitAfterPause(control, 2.5)
+    with open_session(s, [sink, quitter], control, goal="test", backend=script({"done": "x"})) as p:
+        p.session.run()
+    fallback.cancel()
     paused = [e for e in sink.of(events.Phase) if e.name == "paused"]
     assert len(paused) == 1, len(paused)
 
