@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
+from pathlib import Path
 
 import docker
 import pytest
@@ -18,6 +19,8 @@ from sandshell.sandbox import engine
 from sandshell.sandbox.protocol import LIMITS
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.wrapper import CWD_FILE, EXEC_STATE, STATE_FILES
+
+from .conftest import _base_settings
 
 
 def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(sb: Sandbox) -> None:
@@ -267,3 +270,18 @@ def test_the_agent_answers_any_request_and_stays_up(sb: Sandbox, frame: dict[str
     sb.conn.send(frame)  # type: ignore[arg-type]
     assert sb.ping() < 5.0  # answered, not stuck
     assert sb.container.id == container, "the agent died and a fresh sandbox took its place"
+
+
+@pytest.mark.parametrize("code", ["compiled", "source"])
+def test_an_id_nested_as_deep_as_the_parser_takes_is_answered_not_a_crash(workspace: Path, code: str) -> None:
+    """Every reply echoes the request's id: one nested a level or two short of the parser's limit
+    was parsed, then could not be encoded back (RecursionError), and the agent, PID 1, ended (a
+    review of the compiled agent; in the source agent, whose encoding runs a frame or two deeper)."""
+    settings = _base_settings(exit_timeout=3.0, agent_code=code)
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        container = sb.container.id
+        assert sb.conn is not None
+        for depth in range(900, 1001):
+            sb.conn.send_raw(b'{"type":"ping","id":' + b"[" * depth + b"]" * depth + b"}\n")
+        assert sb.ping() < 5.0
+        assert sb.container.id == container, "the agent died and a fresh sandbox took its place"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import selectors
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -44,37 +45,38 @@ def test_it_reports_what_selectors_reports() -> None:
         b.close()
 
 
-def test_a_timeout_waits_and_nothing_ready_is_an_empty_list() -> None:
+@pytest.fixture
+def piped() -> Iterator[tuple[Poller, int, int]]:
+    """A Poller and a pipe's two ends, none registered yet."""
     r, w = os.pipe()
     sel = Poller()
-    try:
-        sel.register(r, selectors.EVENT_READ, "pipe")
-        assert sel.select(0.01) == [] and sel.select(0) == []
-    finally:
-        sel.close()
-        os.close(r)
-        os.close(w)
+    yield sel, r, w
+    sel.close()
+    os.close(r)
+    os.close(w)
 
 
-def test_registering_twice_unknown_keys_and_bad_descriptors_raise_as_selectors_does() -> None:
-    r, w = os.pipe()
-    sel = Poller()
-    try:
+def test_a_timeout_waits_and_nothing_ready_is_an_empty_list(piped: tuple[Poller, int, int]) -> None:
+    sel, r, _ = piped
+    sel.register(r, selectors.EVENT_READ, "pipe")
+    assert sel.select(0.01) == [] and sel.select(0) == []
+
+
+def test_registering_twice_unknown_keys_and_bad_descriptors_raise_as_selectors_does(
+    piped: tuple[Poller, int, int],
+) -> None:
+    sel, r, w = piped
+    sel.register(r, selectors.EVENT_READ)
+    with pytest.raises(KeyError):
         sel.register(r, selectors.EVENT_READ)
-        with pytest.raises(KeyError):
-            sel.register(r, selectors.EVENT_READ)
-        with pytest.raises(KeyError):
-            sel.unregister(w)
-        with pytest.raises(KeyError):
-            sel.modify(w, selectors.EVENT_READ)
-        with pytest.raises(ValueError):
-            sel.register(-1, selectors.EVENT_READ)
-        with pytest.raises(ValueError):
-            sel.register(w, 0)
-    finally:
-        sel.close()
-        os.close(r)
-        os.close(w)
+    with pytest.raises(KeyError):
+        sel.unregister(w)
+    with pytest.raises(KeyError):
+        sel.modify(w, selectors.EVENT_READ)
+    with pytest.raises(ValueError):
+        sel.register(-1, selectors.EVENT_READ)
+    with pytest.raises(ValueError):
+        sel.register(w, 0)
 
 
 def test_a_socket_closed_after_it_was_registered_can_still_be_unregistered() -> None:

@@ -86,7 +86,9 @@ class DiskGuard:
     thread: a fast writer must not wait for the agent's loop) and wakes the loop through a pipe so
     the running command line ends and the notice reaches the host."""
 
-    def __init__(self, workspace_limit: int, scratch_limit: int, shell_pid: Callable[[], int]) -> None:
+    def __init__(
+        self, workspace_limit: int, scratch_limit: int, shell_pid: Callable[[], int], busy: Callable[[], bool]
+    ) -> None:
         self.areas: list[Area] = []
         # The workspace is always watched (for set-id bits); its size only against a limit
         self.areas.append(Area("the workspace /app", "/app", (), workspace_limit, "SANDSHELL_WORKSPACE_LIMIT"))
@@ -97,9 +99,10 @@ class DiskGuard:
             self.areas.append(area)
         self.shell_pid = shell_pid
         self.look_from = 0  # the first process the last look through /proc left out at its bounds
-        # Set by the agent while a command runs: scan often. A plain flag its threads look at every
-        # 50 ms (an Event's set, ~10 µs of Python, was on each command's path; nothing waits on it).
-        self.busy = False
+        # Whether a command runs (then scan often): asked by the threads every 50 ms, from the agent's
+        # own state (an Event the agent set and cleared cost ~10 µs of Python a command, and was set
+        # only at the loop's next turn: up to 1 s into a silent command).
+        self.busy = busy
         self.over: str | None = None  # set here, taken by the agent's loop
         # Held through a trip (stop, notice, kill): the loop takes the notice and starts the next
         # command only after it, so a trip's kills never reach a command that started after it.
@@ -166,7 +169,7 @@ class DiskGuard:
         last_quick = last_full = busy_since = float("-inf")
         was_busy = False
         while True:
-            busy = self.busy
+            busy = self.busy()
             now = time.monotonic()
             if busy and not was_busy:
                 busy_since = now
@@ -214,7 +217,7 @@ class DiskGuard:
         last, took = float("-inf"), 0.0
         while True:
             now = time.monotonic()
-            if self.busy:
+            if self.busy():
                 every = max(LOOK_BUSY_EVERY, min(took * 10, took + LOOK_BUSY_GAP))
             else:
                 every = max(LOOK_IDLE_EVERY, took * 10)

@@ -85,7 +85,9 @@ class Agent:
         )
         self.watchdog = PidWatchdog(cfg.pids_limit)
         self.oom = OomScoreWatch()
-        self.disk = DiskGuard(cfg.workspace_limit, cfg.scratch_limit, lambda: self.runner.shell.pid)
+        self.disk = DiskGuard(
+            cfg.workspace_limit, cfg.scratch_limit, lambda: self.runner.shell.pid, lambda: self.runner.cmd is not None
+        )
         self.sel.register(self.disk.wake_r, selectors.EVENT_READ, "disk")
 
     @property
@@ -169,7 +171,6 @@ class Agent:
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
             self._watch(time.monotonic())
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
-        self.disk.busy = True  # at once: a silent command left the loop asleep up to 1 s before its look
         self._settle()
 
     def _settle(self) -> None:
@@ -221,8 +222,7 @@ class Agent:
         notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
         if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
             runner.notice = "; ".join(n for n in (runner.notice, self.oom.check()) if n)
-        self.disk.busy = runner.cmd is not None  # while a command runs, the disk watchdog scans often
-        disk = self.disk.take() if self.disk.over is not None else None  # (take() looks first too)
+        disk = self.disk.take()
         if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
             procs.signal_all([runner.shell.pid], signal.SIGCONT)
         for news in (notice, disk):
