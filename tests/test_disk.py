@@ -14,6 +14,7 @@ import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent import inotify
+from sandshell_agent.diskguard import Area, DiskGuard
 from tests.conftest import _base_settings
 
 LIMIT = 50_000_000  # every limit, small so the tests are quick
@@ -431,6 +432,23 @@ for p in range(13):  # 13 processes of 4,000 descriptors: past the 50,000 a look
 time.sleep(2)
 print("up", flush=True)
 """
+
+
+def test_a_measure_kept_waiting_counts_only_its_own_work() -> None:
+    """The clocks are slowed by what a measure costs, not by how long it waited (for the interpreter's
+    lock, held by a look through /proc; for the CPU): a measure timed by the wall clock, held up once,
+    slowed its clock tenfold, the time a fast writer needs to get far past a limit."""
+
+    class Held:
+        def measure(self, full: bool = True) -> int:
+            time.sleep(0.3)  # waiting, as behind a look that holds the lock
+            sum(range(200_000))  # and a little work
+            return 0
+
+    area = Area.__new__(Area)
+    area.tree, area.baseline, area.limit, area.threshold = Held(), 0, LIMIT, LIMIT  # type: ignore[assignment]
+    took = DiskGuard.check(DiskGuard.__new__(DiskGuard), area)
+    assert 0 < took < 0.1, f"a measure that waited 0.3 s counted as {took:.3f} s of work"
 
 
 def test_a_look_made_slow_does_not_hold_up_the_measures(box: tuple[Sandbox, Path]) -> None:
