@@ -3,7 +3,8 @@
 Run: .venv/bin/python bench/roundtrip_bench.py [--commands 2000]
 Three measures on the machine's engine:
 - sandshell: `execute("true")` N times; the wall time a command and the CPU a command of the agent
-  (the container's PID 1, all threads), of bash (the agent's shell) and of this host process;
+  (the container's PID 1, all threads), of bash (the agent's shell) and of this host process; then
+  N pings (host to agent and back, no shell): what the shell's part of a command adds is the difference;
 - the engine's floor for our transport: `cat` as a container's main process, one line written to
   its attach stream and read back (what any agent attached this way pays before doing anything);
 - the floor of the issue's baseline: `cat` under `docker exec -i` in the same container.
@@ -86,12 +87,19 @@ def main() -> None:
             sb.execute("true")
         wall = (time.perf_counter() - start) / n
         used = [(b - a) / n for a, b in zip(before, (cpu(agent), cpu(bash), cpu(me)), strict=True)]
+        pings = []
+        for _ in range(n):
+            t = time.perf_counter()
+            sb.ping()
+            pings.append(time.perf_counter() - t)
+        ping = statistics.median(pings[n // 10 :])
         tag = sb.container.attrs["Config"]["Image"]
     attach, exec_ = floors(tag, n)
     ms = 1000
     print(f"| a `true` round trip ({n} commands) | ms |")
     print("|---|---|")
     print(f"| sandshell, wall time a command (mean) | {wall * ms:.3f} |")
+    print(f"| sandshell, a ping: host to agent and back, no shell (median) | {ping * ms:.3f} |")
     print(f"| CPU a command: the agent (all threads) | {used[0] * ms:.3f} |")
     print(f"| CPU a command: bash (the wrapper, its reads and writes) | {used[1] * ms:.3f} |")
     print(f"| CPU a command: the host library (this process) | {used[2] * ms:.3f} |")

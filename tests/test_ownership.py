@@ -23,7 +23,9 @@ def test_a_file_made_deep_in_a_tree_already_looked_at_comes_back_at_once(workspa
     """Only folders whose times moved are listed again: a new file deep down moves its own folder's."""
     os.chown(workspace, UID, GID)
     with Sandbox(workspace=workspace, settings=settings) as sb:
-        sb.execute("mkdir -p /app/a/b/c /app/d && for i in $(seq 1 200); do touch /app/d/f$i; done")
+        # 200 processes: 2-3 s on a slow day (the fixture's timeout is 3 s: a loop cut short failed here)
+        r = sb.execute("mkdir -p /app/a/b/c /app/d && for i in $(seq 1 200); do touch /app/d/f$i; done", timeout=60)
+        assert r.ok, r
         assert owned(workspace / "a" / "b" / "c") and owned(workspace / "d" / "f200")
         for i in range(3):  # each right after its own command, folders above it unchanged
             sb.execute(f"echo {i} > /app/a/b/c/new{i} && ln -s new{i} /app/a/b/c/link{i}")
@@ -36,7 +38,7 @@ def test_a_file_given_to_root_in_place_comes_back_within_the_full_walks_period(
     """`chown` moves no folder's time: the full walk finds it, every Owner.FULL_SECONDS."""
     os.chown(workspace, UID, GID)
     with Sandbox(workspace=workspace, settings=settings) as sb:
-        sb.execute("mkdir -p /app/x && echo hi > /app/x/f")
+        assert sb.execute("mkdir -p /app/x && echo hi > /app/x/f").ok
         assert owned(workspace / "x" / "f")
         sb.execute("chown 0:0 /app/x/f")
         deadline = time.monotonic() + Owner.FULL_SECONDS + 3
