@@ -47,6 +47,7 @@ class Connection:
         self._poller: select.poll | None = None  # a plain socket's, kept blocking (_blocking)
         self.stderr: deque[str] = deque(maxlen=20)  # what the agent said on stderr (attach only)
         self.nonce = ""
+        self._rbuf = memoryview(bytearray(READ_BYTES))  # every read lands here first (`_recv_within`)
 
     def open(self, resume: dict[str, Any] | None = None, timeout: float = 5.0) -> dict[str, Any]:
         """Connect and authenticate; returns the agent's hello."""
@@ -114,7 +115,10 @@ class Connection:
 
     def send(self, frame: dict[str, Any], lead: bytes = b"") -> None:
         """Send one frame (after `lead`: a newline ends whatever an earlier link left half sent)."""
-        data = lead + encode(frame)
+        self.send_raw(lead + encode(frame))
+
+    def send_raw(self, data: bytes) -> None:
+        """Send bytes as they are (a frame, or a test's malformed one)."""
         with self._send_lock:
             if self.sock is None:
                 raise ConnectionLost("not connected")
@@ -122,12 +126,6 @@ class Connection:
                 self.sock.sendall(data)
             except OSError as e:
                 raise ConnectionLost(f"send failed: {e}") from None
-
-    def send_raw(self, data: bytes) -> None:
-        """Send bytes as they are (tests of malformed frames)."""
-        with self._send_lock:
-            assert self.sock is not None
-            self.sock.sendall(data)
 
     def recv(self, deadline: float | None) -> dict[str, Any]:
         """The next frame; TimeoutError after `deadline` (monotonic), ConnectionLost on EOF."""
@@ -160,17 +158,20 @@ class Connection:
         """One read, waiting at most `left` seconds (None: no end); None when nothing came in time.
         A plain socket stays blocking (`_blocking`): a `poll` that keeps the deadline (Python works
         out the time left again after a signal), then the read: two system calls, where Python's
-        own timeout makes three (set the mode, poll, read) and one more before every send."""
+        own timeout makes three (set the mode, poll, read) and one more before every send. The read
+        lands in the connection's own buffer: `recv(READ_BYTES)` allocated 256 KiB a read, which
+        glibc could map fresh, shrink and unmap (three more system calls and page faults; ~35 µs a
+        command while its mmap threshold was at the default, docs/benchmarks.md)."""
         poller = self._poller
         if poller is None:
             sock.settimeout(left)
-            return sock.recv(READ_BYTES)
-        if not poller.poll(None if left is None else max(1, math.ceil(left * 1000))):
+        elif not poller.poll(None if left is None else max(1, math.ceil(left * 1000))):
             return None
         try:
-            return sock.recv(READ_BYTES)
+            got = sock.recv_into(self._rbuf)
         except BlockingIOError:  # readable, then not (SO_RCVTIMEO: a read never blocks for long)
             return None
+        return bytes(self._rbuf[:got])
 
     def _blocking(self, sock: socket.socket) -> None:
         """A plain socket in blocking mode, its reads polled first (`_recv_within`), the kernel

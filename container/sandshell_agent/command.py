@@ -21,6 +21,16 @@ DRAIN_BYTES = 4 * 1024 * 1024  # the most read of each stream as a command ends
 # bare words, which a command may print for other reasons
 FILE_TOO_LARGE = (b"File size limit exceeded", b": File too large", b"] File too large")
 DECODER = codecs.getincrementaldecoder("utf-8")
+_OUTPUT = bytearray(READ_BYTES)  # where every read of a command's output lands first (`read_output`)
+_OUTPUT_VIEW = memoryview(_OUTPUT)
+
+
+def read_output(fd: int) -> bytes:
+    """One read of a command's output (the agent's loop only), through one buffer kept for good:
+    `os.read(fd, READ_BYTES)` had Python allocate 256 KiB each time, which glibc mapped fresh,
+    shrank and unmapped (three system calls and page faults a read; the host's reads did the same)."""
+    got = os.readv(fd, [_OUTPUT])
+    return bytes(_OUTPUT_VIEW[:got])
 
 
 class Limits:
@@ -98,7 +108,7 @@ class Command:
         for fd, stream in streams:
             for _ in range(DRAIN_BYTES // READ_BYTES):
                 try:
-                    data = os.read(fd, READ_BYTES)
+                    data = read_output(fd)
                 except OSError:  # BlockingIOError included: nothing more
                     break
                 if not data:

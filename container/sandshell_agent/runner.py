@@ -9,7 +9,7 @@ import time
 from typing import Any, Protocol
 
 from . import execstate, files, procs
-from .command import READ_BYTES, Command, Limits
+from .command import Command, Limits, read_output
 from .poller import Poller
 from .shell import Shell
 from .wrapper import STOP_SIGNAL
@@ -128,7 +128,7 @@ class Runner:
 
     def on_output(self, fd: int, stream: str) -> None:
         try:
-            data = os.read(fd, READ_BYTES)
+            data = read_output(fd)
         except BlockingIOError:
             return
         except OSError:
