@@ -4,12 +4,15 @@ input cannot pass a record for it, and no code can be loaded into the shell that
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sandshell.resources import container_dir
@@ -156,6 +159,48 @@ def test_the_loop_cannot_be_started_again_from_inside(sb: Sandbox) -> None:
     r = sb.execute("echo BEFORE=$BEFORE LOST=$LOST; lostfn; pwd")
     assert r.output == "BEFORE=1 LOST=1\nhi\n/etc\n", r
     sb.execute("unset BEFORE LOST; unset -f lostfn; cd /app")
+
+
+def _shell(sb: Sandbox) -> psutil.Process:
+    """The loop's bash, as the host sees it (the engine here is this machine's)."""
+    sb.container.reload()
+    agent = psutil.Process(sb.container.attrs["State"]["Pid"])
+    return next(p for p in agent.children() if p.name() == "bash")
+
+
+def test_the_shell_sleeps_between_commands(sb: Sandbox) -> None:
+    """Between commands the loop sleeps in its read. A loop that looked for the next command without
+    sleeping (tried: ~10% off a quick command's round trip, docs/benchmarks.md) spends the CPU limit
+    the model's processes share; one that never stopped looking would burn a core while the model
+    thinks (seen red with such a look, 10 s long)."""
+    shell = _shell(sb)
+    for _ in range(20):
+        sb.execute("true")
+    time.sleep(0.1)
+    before = sum(shell.cpu_times()[:2])
+    time.sleep(1.0)
+    used = sum(shell.cpu_times()[:2]) - before
+    assert used < 0.05, f"the shell used {used:.3f} s of CPU in the second after its last command"
+
+
+def test_a_signal_between_commands_runs_its_trap_at_once(sb: Sandbox) -> None:
+    """A trap of the model's runs when its signal comes between commands, right after one ends and
+    later, while the loop waits for the next (seen red with the wait's EINTR not taken to `pending`).
+    The trap's file is read from the host, through the shell's /proc root: a command would run it."""
+    shell = _shell(sb)
+    trapped = Path(f"/proc/{shell.pid}/root/tmp/trapped")
+    sb.execute("rm -f /tmp/trapped; trap 'echo x >> /tmp/trapped' USR1")
+    try:
+        for n, pause in enumerate((0.0, 0.0, 0.0, 0.0, 0.3), start=1):
+            sb.execute("true")
+            time.sleep(pause)
+            os.kill(shell.pid, signal.SIGUSR1)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and not (trapped.exists() and trapped.read_text().count("x") >= n):
+                time.sleep(0.01)
+            assert trapped.exists() and trapped.read_text().count("x") == n, (n, pause)
+    finally:
+        sb.execute("trap - USR1; rm -f /tmp/trapped")
 
 
 def test_a_function_named_builtin_does_not_keep_the_exit_trap_from_saving(sb: Sandbox) -> None:
