@@ -10,13 +10,16 @@ e.g. `container:source container` sets the compiled agent against its source in 
 Prints a Markdown table: MB/s (median and range) and the agent's CPU a flood (median; the agent is
 the container's PID 1, read from the host's /proc, all its threads: the disk watchdog's included).
 With --commands N: each round runs N `true`s in each sandbox, and the table gives the median round
-trip (its range over the rounds' medians) and the agent's and bash's CPU a command.
+trip (its range over the rounds' medians), the mean and the 99th percentile of all, the agent's and
+bash's CPU a command, and the time the container's CPU limit held it back (CFS throttling, from its
+cgroup: what a variant that spends more CPU on waiting costs under SANDSHELL_CPUS).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import statistics
 import tempfile
 import time
@@ -74,26 +77,45 @@ def main() -> None:
         print(f"| {name} | {speed} | {statistics.median(used):.2f} s |")
 
 
+def throttled(container_id: str) -> float:
+    """Seconds the container's CPU limit has held it back so far (cgroup v1 or v2); NaN if not found."""
+    for folder in (f"/sys/fs/cgroup/cpu,cpuacct/docker/{container_id}", f"/sys/fs/cgroup/cpu/docker/{container_id}",
+                   f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope"):  # fmt: skip
+        with contextlib.suppress(OSError):
+            stat = dict(line.split() for line in Path(folder, "cpu.stat").read_text().splitlines())
+            if "throttled_usec" in stat:
+                return int(stat["throttled_usec"]) / 1e6
+            return int(stat["throttled_time"]) / 1e9
+    return math.nan
+
+
 def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, commands: int) -> None:
-    rows: dict[str, list[tuple[float, float, float]]] = {folder: [] for folder, _, _ in boxes}
+    rows: dict[str, list[tuple[float, float, float, float]]] = {folder: [] for folder, _, _ in boxes}
+    every: dict[str, list[float]] = {folder: [] for folder, _, _ in boxes}
     for _ in range(rounds):
         for folder, sb, agent in boxes:
             bash = next(c for c in agent.children() if c.name() == "bash")
-            before, times = (cpu(agent), cpu(bash)), []
+            before, times = (cpu(agent), cpu(bash), throttled(sb.container.id)), []
             for _ in range(commands):
                 start = time.perf_counter()
                 sb.execute("true")
                 times.append(time.perf_counter() - start)
+            every[folder] += times
+            held = throttled(sb.container.id) - before[2]
             rows[folder].append((statistics.median(times), (cpu(agent) - before[0]) / commands,
-                                 (cpu(bash) - before[1]) / commands))  # fmt: skip
+                                 (cpu(bash) - before[1]) / commands, held))  # fmt: skip
     print(f"({rounds} rounds of {commands} `true`s, alternating)")
-    print("| agent from | round trip, median (range of the rounds') | agent CPU a command | bash CPU a command |")
-    print("|---|---|---|---|")
+    print("| agent from | round trip, median (range of the rounds') | mean, p99 | agent CPU a command "
+          "| bash CPU a command | held back by the CPU limit |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for folder, got in rows.items():
-        med, agent_cpu, bash_cpu = (list(c) for c in zip(*got, strict=True))
+        med, agent_cpu, bash_cpu, held = (list(c) for c in zip(*got, strict=True))
+        times = sorted(every[folder])
         print(
             f"| {folder} | {statistics.median(med) * 1e3:.3f} ms ({min(med) * 1e3:.3f}-{max(med) * 1e3:.3f}) "
-            f"| {statistics.median(agent_cpu) * 1e3:.3f} ms | {statistics.median(bash_cpu) * 1e3:.3f} ms |"
+            f"| {statistics.mean(times) * 1e3:.3f}, {times[int(len(times) * 0.99)] * 1e3:.3f} ms "
+            f"| {statistics.median(agent_cpu) * 1e3:.3f} ms | {statistics.median(bash_cpu) * 1e3:.3f} ms "
+            f"| {sum(held) * 1e3:.0f} ms in all |"
         )
 
 
