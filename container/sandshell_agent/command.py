@@ -27,8 +27,8 @@ _OUTPUT_VIEW = memoryview(_OUTPUT)
 
 def read_output(fd: int) -> bytes:
     """One read of a command's output (the agent's loop only), through one buffer kept for good:
-    `os.read(fd, READ_BYTES)` had Python allocate 256 KiB each time, which glibc mapped fresh,
-    shrank and unmapped (three system calls and page faults a read; the host's reads did the same)."""
+    `os.read(fd, READ_BYTES)` had Python allocate 256 KiB each time, which glibc may map fresh,
+    shrink and unmap (the host's reads did: docs/benchmarks.md; here it was not measured)."""
     got = os.readv(fd, [_OUTPUT])
     return bytes(_OUTPUT_VIEW[:got])
 
