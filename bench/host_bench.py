@@ -37,8 +37,8 @@ def main() -> None:
 
         def raw() -> None:
             sock.sendall(encode({"type": "run", "id": f"x{next(ids)}", "command": "true", "timeout": 10.0}))
-            got = b""
-            while b'"type":"exit"' not in got:
+            got = b""  # to the end of the result's line: a rest left unread would reach the Connection's reader
+            while (at := got.find(b'"type":"exit"')) < 0 or b"\n" not in got[at:]:
                 got += sock.recv(65536)
 
         def connection() -> None:
