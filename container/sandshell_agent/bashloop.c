@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -49,10 +50,16 @@ struct builtin {
   const char *short_doc;
   char *handle;
 };
-typedef struct variable {
+typedef struct variable { /* as bash 4 and 5 lay it out (variables.h) */
   char *name;
-  char *value;
-} SHELL_VAR; /* only its first two fields are read */
+  char *value; /* a string, or an array's ARRAY or HASH_TABLE */
+  char *exportstr;
+  void *dynamic_value;
+  void *assign_func;
+  int attributes;
+  int context;
+} SHELL_VAR;
+typedef int sh_var_map_func_t(SHELL_VAR *);
 
 #define BUILTIN_ENABLED 0x01
 #define SEVAL_NOHIST 0x004
@@ -62,6 +69,9 @@ typedef struct variable {
 #define EXIT_TRAP 0
 #define FUNC_MULTILINE 0x01
 #define FUNC_EXTERNAL 0x02
+#define ATT_EXPORTED 0x0000001
+#define ATT_ARRAY 0x0000004
+#define ATT_ASSOC 0x0000040
 
 extern int parse_and_execute(char *, const char *, int);
 extern int last_command_exit_value, read_but_dont_execute, extended_glob, posixly_correct;
@@ -76,6 +86,8 @@ extern struct builtin *builtin_address_internal(char *, int);
 extern char *get_string_value(const char *);
 extern SHELL_VAR *find_function(const char *);
 extern SHELL_VAR **all_shell_functions(void);
+extern SHELL_VAR **map_over(sh_var_map_func_t *, void *);
+extern void *shell_variables;
 extern int unbind_func(const char *);
 extern int legal_identifier(const char *);
 extern char *named_function_string(char *, void *, int);
@@ -105,6 +117,8 @@ static char *state_dir;
 static long saves;
 static char *last_state;
 static size_t last_state_len;
+static char *last_exports, *last_source; /* `export -p`'s last text, and what it was printed from */
+static size_t last_exports_len, last_source_len;
 static sh_builtin_func_t *real_enable;
 
 /* Signals that arrived while we waited: a trap the model set, or one that ends the shell. */
@@ -238,6 +252,61 @@ static void functions(void) {
   free(all);
 }
 
+static int exported(SHELL_VAR *var) {
+  return (var->attributes & ATT_EXPORTED) != 0;
+}
+
+/* What `export -p` prints from, copied without formatting: each exported variable's attributes,
+   name and value, in the variable tables' order. Its text can change only when this does (a change
+   of order alone costs one printing more). NULL when it cannot be told: an exported array, whose
+   value is no string (printed each time then), or no memory. Printed after every command, `export
+   -p` (sorting, quoting, printf) was the largest part of the shell's own work for a `true`. */
+static char *export_source(size_t *size) {
+  SHELL_VAR **all = map_over(exported, shell_variables);
+  size_t len = 0;
+  for (size_t i = 0; all && all[i]; i++) {
+    if (all[i]->attributes & (ATT_ARRAY | ATT_ASSOC)) {
+      free(all);
+      return NULL;
+    }
+    char *value = all[i]->value; /* attributes, name NUL, mark, value NUL: */
+    len += sizeof(int) + strlen(all[i]->name) + 1 + 1 + (value ? strlen(value) + 1 : 0);
+  }
+  char *source = malloc(len + 1), *at = source;
+  for (size_t i = 0; source && all && all[i]; i++) {
+    SHELL_VAR *var = all[i];
+    memcpy(at, &var->attributes, sizeof(int));
+    at += sizeof(int);
+    at = stpcpy(at, var->name) + 1;
+    *at++ = var->value ? '=' : '-'; /* a value (maybe ""), or none */
+    at = var->value ? stpcpy(at, var->value) + 1 : at;
+  }
+  free(all);
+  *size = source ? (size_t)(at - source) : 0;
+  return source;
+}
+
+/* `export -p` into the state being written: printed when its source changed, else the last text. */
+static void exports(FILE *memory, char **text, size_t *len) {
+  size_t size = 0;
+  char *source = export_source(&size);
+  if (source != NULL && last_source != NULL && size == last_source_len && memcmp(source, last_source, size) == 0) {
+    free(source);
+    fwrite(last_exports, 1, last_exports_len, stdout);
+    return;
+  }
+  run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL));
+  free(last_source), free(last_exports);
+  last_source = NULL, last_exports = NULL; /* (kept only together) */
+  char *copy = source != NULL && fflush(memory) == 0 ? malloc(*len + 1) : NULL;
+  if (copy == NULL) {
+    free(source);
+    return;
+  }
+  last_source = source, last_source_len = size;
+  last_exports = memcpy(copy, *text, *len), last_exports_len = *len;
+}
+
 /* The exports and functions, as `export -p; declare -f` print them (with the two options reading them
    back depends on), into the next of the two state scripts (wrapper.STATE_SCRIPTS), ending with its
    number once written whole; skipped when they are what was saved last (`write` 0: only remember them). */
@@ -252,7 +321,7 @@ static void save_state(int write) {
   int posix = posixly_correct;
   posixly_correct = 0; /* `declare -x` lines: posix mode's `export X=...` of a readonly X (an exported
                           SHELLOPTS) read back in posix mode is an error that ends the shell */
-  run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL));
+  exports(memory, &text, &len);
   posixly_correct = posix;
   /* Read back with bash's own defaults: an exported POSIXLY_CORRECT has just turned posix mode on
      (where `function a=b` is an error that ends the shell: every replacement died in its setup),
