@@ -2,14 +2,14 @@
 images are built from different `container/` folders (an older agent from `git archive`, a variant
 under test), so the machine's noise falls on all of them alike.
 
-Run: .venv/bin/python bench/agents_bench.py DIR [DIR ...] [--rounds 8] [--mb 100] [--commands N]
+Run: .venv/bin/python bench/agents_bench.py DIR [DIR ...] [--rounds 8] [--mb 100] [--commands N [--run TEXT]]
 e.g. git archive HEAD~1 container | tar -x -C /tmp/old, then
      .venv/bin/python bench/agents_bench.py /tmp/old/container container
 A DIR written DIR:source runs that image's agent from its Python source (SANDSHELL_AGENT_CODE=source),
 e.g. `container:source container` sets the compiled agent against its source in one image.
 Prints a Markdown table: MB/s (median and range) and the agent's CPU a flood (median; the agent is
 the container's PID 1, read from the host's /proc, all its threads: the disk watchdog's included).
-With --commands N: each round runs N `true`s in each sandbox, and the table gives the median round
+With --commands N: each round runs N `true`s (or `--run` commands) in each sandbox, and the table gives the median round
 trip (its range over the rounds' medians), the mean and the 99th percentile of all, the agent's and
 bash's CPU a command, and the time the container's CPU limit held it back (CFS throttling, from its
 cgroup: what a variant that spends more CPU on waiting costs under SANDSHELL_CPUS).
@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--commands", type=int, default=0, help="round trips of `true` a round instead of floods")
+    ap.add_argument("--run", default="true", help="the command of --commands (e.g. 'echo hello')")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
     command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
@@ -60,7 +61,7 @@ def main() -> None:
             boxes.append((name, sb, psutil.Process(sb.container.attrs["State"]["Pid"])))
             sb.execute("true")
         if args.commands:
-            round_trips(boxes, args.rounds, args.commands)
+            round_trips(boxes, args.rounds, args.commands, args.run)
             return
         for _ in range(args.rounds):
             for name, sb, agent in boxes:
@@ -89,7 +90,7 @@ def throttled(container_id: str) -> float:
     return math.nan
 
 
-def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, commands: int) -> None:
+def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, commands: int, run: str) -> None:
     rows: dict[str, list[tuple[float, float, float, float]]] = {folder: [] for folder, _, _ in boxes}
     every: dict[str, list[float]] = {folder: [] for folder, _, _ in boxes}
     for _ in range(rounds):
@@ -98,13 +99,13 @@ def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, c
             before, times = (cpu(agent), cpu(bash), throttled(sb.container.id)), []
             for _ in range(commands):
                 start = time.perf_counter()
-                sb.execute("true")
+                sb.execute(run)
                 times.append(time.perf_counter() - start)
             every[folder] += times
             held = throttled(sb.container.id) - before[2]
             rows[folder].append((statistics.median(times), (cpu(agent) - before[0]) / commands,
                                  (cpu(bash) - before[1]) / commands, held))  # fmt: skip
-    print(f"({rounds} rounds of {commands} `true`s, alternating)")
+    print(f"({rounds} rounds of {commands} `{run}`s, alternating)")
     print("| agent from | round trip, median (range of the rounds') | mean, p99 | agent CPU a command "
           "| bash CPU a command | held back by the CPU limit |")  # fmt: skip
     print("|---|---|---|---|---|---|")
