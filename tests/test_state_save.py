@@ -89,6 +89,23 @@ def test_every_kind_of_change_to_the_exports_is_saved(sb: Sandbox) -> None:
     sb.execute("unset SAME CASE GONE NOVAL ARR")
 
 
+def test_an_export_hidden_in_a_functions_scope_is_saved_after_it(sb: Sandbox) -> None:
+    """Found by a review: in a function, a local variable not exported hides the exported one of the
+    same name from `export -p`; a save made there (`__ss_end`, as a trap runs it) printed the exports
+    without it while the copy they were printed from (every exported variable) still had it. Back at
+    the top the copy matched, and that text was saved again: a new shell lost the variable."""
+    if sb.hello.get("shell") != "loop":
+        pytest.skip("the compiled loop's save (the bash functions print `export -p` every time)")
+    sb.execute("export HID=1")
+    r = sb.execute("f() { local +x HID=0; export OTHER=1; __ss_end; }; f; unset -f f")
+    assert r.return_code == 0, r
+    r = sb.execute("kill -9 $$", timeout=3)
+    assert r.restarted, r
+    r = sb.execute("echo ${HID-lost} $OTHER", timeout=3)
+    assert r.output == "1 1\n", r
+    sb.execute("unset HID OTHER")
+
+
 def test_a_timed_out_command_whose_shell_ended_it_first_keeps_its_state(sb: Sandbox) -> None:
     """The model's USR2 trap swallows the agent's signal and the command ends as its child is killed:
     the shell is replaced once it has saved its state, so the command's changes are kept (a big

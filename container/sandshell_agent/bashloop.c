@@ -87,7 +87,7 @@ extern char *get_string_value(const char *);
 extern SHELL_VAR *find_function(const char *);
 extern SHELL_VAR **all_shell_functions(void);
 extern SHELL_VAR **map_over(sh_var_map_func_t *, void *);
-extern void *shell_variables;
+extern void *shell_variables, *global_variables;
 extern int unbind_func(const char *);
 extern int legal_identifier(const char *);
 extern char *named_function_string(char *, void *, int);
@@ -257,11 +257,16 @@ static int exported(SHELL_VAR *var) {
 }
 
 /* What `export -p` prints from, copied without formatting: each exported variable's attributes,
-   name and value, in the variable tables' order. Its text can change only when this does (a change
-   of order alone costs one printing more). NULL when it cannot be told: an exported array, whose
-   value is no string (printed each time then), or no memory. Printed after every command, `export
-   -p` (sorting, quoting, printf) was the largest part of the shell's own work for a `true`. */
+   name and value, in the variable table's order. Its text can change only when this does (a change
+   of order alone costs one printing more; a change of locale may quote a value another way, which
+   reads back the same). NULL when it cannot be told: in a function's or an `eval`'s scope (where a
+   variable not exported can hide an exported one of the same name from `export -p`, a trap's save),
+   for an exported array, whose value is no string, or without memory; then it is printed. Printed
+   after every command, `export -p` (sorting, quoting, printf) was the largest part of the shell's
+   own work for a `true`. */
 static char *export_source(size_t *size) {
+  if (shell_variables != global_variables)
+    return NULL;
   SHELL_VAR **all = map_over(exported, shell_variables);
   size_t len = 0;
   for (size_t i = 0; all && all[i]; i++) {
@@ -286,7 +291,8 @@ static char *export_source(size_t *size) {
   return source;
 }
 
-/* `export -p` into the state being written: printed when its source changed, else the last text. */
+/* `export -p` into the state being written (the first thing written there: `*text` is then the
+   whole of it): printed when its source changed, else the last text. */
 static void exports(FILE *memory, char **text, size_t *len) {
   size_t size = 0;
   char *source = export_source(&size);
@@ -295,10 +301,10 @@ static void exports(FILE *memory, char **text, size_t *len) {
     fwrite(last_exports, 1, last_exports_len, stdout);
     return;
   }
-  run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL));
+  int printed = run_builtin(export_builtin, "export", make_word_list(make_word("-p"), NULL)) == 0;
   free(last_source), free(last_exports);
-  last_source = NULL, last_exports = NULL; /* (kept only together) */
-  char *copy = source != NULL && fflush(memory) == 0 ? malloc(*len + 1) : NULL;
+  last_source = NULL, last_exports = NULL; /* (kept only together, and only a whole text) */
+  char *copy = printed && source != NULL && fflush(memory) == 0 ? malloc(*len + 1) : NULL;
   if (copy == NULL) {
     free(source);
     return;
