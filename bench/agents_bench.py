@@ -26,16 +26,12 @@ import time
 from pathlib import Path
 
 import psutil
+from sandbox_processes import agent_of, bash_of, cpu
 
 from sandshell import config
 from sandshell.sandbox import image
 from sandshell.sandbox.protocol import Output
 from sandshell.sandbox.sandbox import Sandbox
-
-
-def cpu(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return float(t.user + t.system)
 
 
 def main() -> None:
@@ -57,8 +53,7 @@ def main() -> None:
             code = "source" if name.endswith(":source") else "compiled"
             workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings.replace(agent_code=code)))
-            sb.container.reload()
-            boxes.append((name, sb, psutil.Process(sb.container.attrs["State"]["Pid"])))
+            boxes.append((name, sb, agent_of(sb)))
             sb.execute("true")
         if args.commands:
             round_trips(boxes, args.rounds, args.commands, args.run)
@@ -95,7 +90,7 @@ def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, c
     every: dict[str, list[float]] = {folder: [] for folder, _, _ in boxes}
     for _ in range(rounds):
         for folder, sb, agent in boxes:
-            bash = next(c for c in agent.children() if c.name() == "bash")
+            bash = bash_of(agent)
             before, times = (cpu(agent), cpu(bash), throttled(sb.container.id)), []
             for _ in range(commands):
                 start = time.perf_counter()

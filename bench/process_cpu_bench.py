@@ -4,8 +4,8 @@ with `docker exec -i` (the floor of issue 9's round trip), on one sandbox, alter
 Run: .venv/bin/python bench/process_cpu_bench.py [--commands 3000] [--rounds 2]
 Prints a Markdown table: the mean round trip and the CPU a command of dockerd, the container's
 containerd-shim, this (host) process, the agent, its bash, and the `docker` CLI of the pipe (the
-pipe's own bash is not read). Summed, each way's CPU is about its round trip: the hops follow
-each other, so work on the path is what the round trip is made of.
+pipe's own bash is not read). Summed, each way's CPU was about its round trip (2026-11-26): the
+hops follow each other, so (my reading) work on the path is what the round trip is made of.
 """
 
 from __future__ import annotations
@@ -17,14 +17,10 @@ from pathlib import Path
 
 import psutil
 from sandbox_bench import BashPipe
+from sandbox_processes import agent_of, bash_of, cpu
 
 from sandshell import config
 from sandshell.sandbox.sandbox import Sandbox
-
-
-def cpu(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return float(t.user + t.system)
 
 
 def main() -> None:
@@ -39,8 +35,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         for _ in range(300):
             sb.execute("true")
-        sb.container.reload()
-        agent = psutil.Process(sb.container.attrs["State"]["Pid"])
+        agent = agent_of(sb)
         dockerd = next(p for p in psutil.process_iter(["name"]) if p.info["name"] == "dockerd")
         pipe = BashPipe(sb)
         for _ in range(100):
@@ -49,7 +44,7 @@ def main() -> None:
             for way in ("sandshell", "pipe"):
                 procs = {"dockerd": dockerd, "containerd-shim": agent.parent(), "host": psutil.Process()}
                 if way == "sandshell":
-                    procs |= {"agent": agent, "bash": next(c for c in agent.children() if c.name() == "bash")}
+                    procs |= {"agent": agent, "bash": bash_of(agent)}
                 else:
                     procs["docker CLI"] = psutil.Process(pipe.proc.pid)
                 before, start = {k: cpu(p) for k, p in procs.items()}, time.perf_counter()

@@ -23,14 +23,10 @@ from pathlib import Path
 
 import docker
 import psutil
+from sandbox_processes import agent_of, bash_of, cpu
 
 from sandshell import config
 from sandshell.sandbox.sandbox import Sandbox
-
-
-def cpu(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return float(t.user + t.system)
 
 
 def echo_times(write: object, read: object, lines: int) -> float:
@@ -75,11 +71,10 @@ def main() -> None:
     settings = config.load(env_file=None, environ={})
     n = args.commands
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
-        sb.container.reload()
-        agent = psutil.Process(sb.container.attrs["State"]["Pid"])
+        agent = agent_of(sb)
         for _ in range(50):
             sb.execute("true")
-        bash = next(c for c in agent.children() if c.name() == "bash")
+        bash = bash_of(agent)
         me = psutil.Process()
         before = (cpu(agent), cpu(bash), cpu(me))
         start = time.perf_counter()

@@ -261,9 +261,9 @@ static int exported(SHELL_VAR *var) {
    of order alone costs one printing more; a change of locale may quote a value another way, which
    reads back the same). NULL when it cannot be told: in a function's or an `eval`'s scope (where a
    variable not exported can hide an exported one of the same name from `export -p`, a trap's save),
-   for an exported array, whose value is no string, or without memory; then it is printed. Printed
-   after every command, `export -p` (sorting, quoting, printf) was the largest part of the shell's
-   own work for a `true`. */
+   for an exported array, whose value is no string, or without memory; then it is printed. The save
+   after every command was most of the shell's own work for a `true`, `export -p`'s sorting, quoting
+   and printf a share of it (docs/benchmarks.md). */
 static char *export_source(size_t *size) {
   if (shell_variables != global_variables)
     return NULL;
