@@ -17,6 +17,13 @@ if [ ! -x /usr/sbin/sshd ]; then
   { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; } \
     >.cache/logs/apt-sshd.log 2>&1 || { echo "sandshell: apt-get install openssh-server failed; see .cache/logs/apt-sshd.log" >&2; exit 1; }
 fi
+# ... and strace (tests/test_sandbox.py counts the agent's system calls from the host)
+if ! command -v strace >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "sandshell: installing strace for the agent's tests (log: .cache/logs/apt-strace.log)" >&2
+  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; } \
+    >.cache/logs/apt-strace.log 2>&1 || { echo "sandshell: apt-get install strace failed; see .cache/logs/apt-strace.log" >&2; exit 1; }
+fi
 # One command a line: under `set -e` a failure inside an `a && b` list (not its last command) ends
 # nothing, and a lint error went by with the tests green.
 echo "== ruff"

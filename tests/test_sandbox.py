@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -316,3 +318,25 @@ def test_records_without_the_nonce_or_from_another_process_never_count(sb: Sandb
     assert r.return_code == 7 and r.cwd == "/app", r
     nxt = sb.execute("echo next; pwd")
     assert nxt.output == "next\n/app\n" and nxt.return_code == 0, nxt  # no result shifted by one
+
+
+def test_the_agent_stops_looking_without_sleeping_once_commands_take_longer(sb: Sandbox) -> None:
+    """The agent looks for a command's end without sleeping (`sched_yield` between looks) only while
+    the last command ended within that look: in a loop of 2 ms commands, each look was spent in
+    vain (0.3 ms of CPU a command, against the container's CPU limit). Counted from the host with
+    strace, which sees the agent's system calls without the agent's help."""
+    sb.container.reload()
+    agent = str(sb.container.attrs["State"]["Pid"])
+    sb.execute("sleep 0.002")  # the last command was not quick: the next one is waited for asleep
+    trace = subprocess.Popen(["strace", "-qq", "-c", "-e", "trace=sched_yield", "-p", agent],
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(0.5)
+        assert trace.poll() is None, trace.communicate()[1]  # attached, and tracing
+        for _ in range(30):
+            assert sb.execute("sleep 0.002").ok
+    finally:
+        trace.send_signal(signal.SIGINT)
+        counts = trace.communicate(timeout=30)[1]
+    assert trace.returncode == -signal.SIGINT, counts  # (strace ends by the signal it was sent)
+    assert "sched_yield" not in counts, counts

@@ -89,6 +89,7 @@ class Agent:
             cfg.workspace_limit, cfg.scratch_limit, lambda: self.runner.shell.pid, lambda: self.runner.cmd is not None
         )
         self.sel.register(self.disk.wake_r, selectors.EVENT_READ, "disk")
+        self.quick = True  # the last command ended within SPIN_SECONDS (`_settle`)
 
     @property
     def shell(self) -> Shell:
@@ -180,10 +181,14 @@ class Agent:
         (the host, the disk watchdog) ends the wait, and the loop takes it all from there.
         For its first SPIN_SECONDS the wait looks without sleeping, yielding the CPU between looks:
         a `true` ends in ~0.2 ms, and waking a process that slept costs this VM tens of µs on each
-        side (~0.05 ms of a round trip; ~0.05 ms more of the agent's CPU a command)."""
+        side (~0.05 ms of a round trip; ~0.05 ms more of the agent's CPU a command).
+        It looks so only when the last command ended within that time: in a loop of commands a little
+        longer, every look was spent in vain (0.43 ms of the agent's CPU a 0.5 ms command, against
+        0.22 without it, and the container 5x as long held back by its CPU limit; docs/benchmarks.md)."""
         runner, shell = self.runner, self.runner.shell
         start = time.monotonic()
-        until, spin_until = start + SETTLE_SECONDS, start + SPIN_SECONDS
+        until, spin_until = start + SETTLE_SECONDS, start + (SPIN_SECONDS if self.quick else 0.0)
+        self.quick = False  # (a command still running when this wait ends was not quick)
         while runner.cmd is not None and (left := until - (now := time.monotonic())) > 0:
             if now < spin_until:
                 ready = self.sel.select(0)
@@ -196,6 +201,7 @@ class Agent:
                 return  # nothing yet, or something of the loop's
             for key, _ in ready:
                 if key.data == "status":
+                    self.quick = time.monotonic() < start + SPIN_SECONDS
                     self._watch(time.monotonic(), ending=True)
                     runner.on_status(drained=len(ready) == 1)
                     if _idle(runner) and shell.loop:  # its save ends in a moment: heard now, not on a turn
