@@ -183,6 +183,9 @@ class Settings:
     shell_loop: Literal["auto", "off"] = _f(
         "SANDSHELL_SHELL_LOOP", "auto", "auto (a compiled command loop if the image's bash loads it) or off (bash only)"
     )
+    shell_cpu: Literal["shared", "any"] = _f(
+        "SANDSHELL_SHELL_CPU", "shared", "shared (the agent and bash keep to one CPU: a quicker round trip) or any"
+    )
     agent_code: Literal["compiled", "source"] = _f(
         "SANDSHELL_AGENT_CODE", "compiled", "compiled (the agent as compiled with the image, if it was) or source"
     )
@@ -196,9 +199,7 @@ class Settings:
     sessions_dir: str = _f("SANDSHELL_SESSIONS_DIR", "sessions", "where session recordings are written")
     ui_max_lines: int = _f("SANDSHELL_UI_MAX_LINES", 5000, "lines the terminal UI keeps")
     cast_version: Literal["2", "3"] = _f(
-        "SANDSHELL_CAST_VERSION",
-        "2",
-        "asciicast version of session.cast: 2 (asciinema 2.x plays it) or 3 (asciinema 3)",
+        "SANDSHELL_CAST_VERSION", "2", "asciicast version of session.cast: 2 (for asciinema 2.x) or 3 (asciinema 3)"
     )
     cast_idle_limit: float = _f(
         "SANDSHELL_CAST_IDLE_LIMIT", 2.0, "players shorten pauses in session.cast to this many seconds (0: keep them)"
@@ -256,8 +257,7 @@ def load(
     env_file: str | Path | Literal["default"] | None = "default", environ: dict[str, str] | None = None
 ) -> Settings:
     """Build the settings from `.env` then the environment (which wins)."""
-    if env_file == "default":
-        env_file = default_env_file(environ)
+    env_file = default_env_file(environ) if env_file == "default" else env_file
     values: dict[str, str] = {}
     if env_file is not None and Path(env_file).is_file():
         values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})

@@ -14,6 +14,8 @@ import pytest
 from sandshell.sandbox.protocol import Output
 from sandshell.sandbox.sandbox import Sandbox
 
+from .conftest import _base_settings
+
 GRACE = 4.0  # seconds past the timeout a killed command may take to come back
 
 
@@ -340,3 +342,47 @@ def test_the_agent_stops_looking_without_sleeping_once_commands_take_longer(sb: 
         counts = trace.communicate(timeout=30)[1]
     assert trace.returncode == -signal.SIGINT, counts  # (strace ends by the signal it was sent)
     assert "sched_yield" not in counts, counts
+
+
+def _cpus_of(sb: Sandbox, settled: bool = True) -> tuple[str, str]:
+    """Cpus_allowed_list of the agent's main thread and of its bash, read from the host between
+    commands (the agent sets free its thread while a command runs on, and keeps to the CPU again at
+    the end of the loop's turn in which the command ended: `settled` waits up to 2 s for that)."""
+    sb.container.reload()
+    agent = sb.container.attrs["State"]["Pid"]
+
+    def allowed(pid: int) -> str:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return status.split("Cpus_allowed_list:")[1].split()[0]
+
+    children = Path(f"/proc/{agent}/task/{agent}/children").read_text().split()
+    shell = next(int(c) for c in children if Path(f"/proc/{c}/comm").read_text().strip() == "bash")
+    end = time.monotonic() + 2
+    while settled and allowed(agent) != allowed(shell) and time.monotonic() < end:
+        time.sleep(0.01)
+    return allowed(agent), allowed(shell)
+
+
+def test_the_shell_keeps_to_the_agents_cpu_and_what_it_starts_runs_on_all(sb: Sandbox) -> None:
+    """SANDSHELL_SHELL_CPU=shared (the default): the agent and its bash keep to one CPU (a command
+    handed over wakes no other CPU), and every program bash starts, however it is forked, or put in
+    bash's place by `exec`, may run on every CPU the container has."""
+    every = str(len(os.sched_getaffinity(0)))  # (the container is given all of the host's)
+    if every == "1":
+        pytest.skip("one CPU: nothing to keep to")
+    r = sb.execute("nproc; (nproc); echo $(nproc); nproc | cat; { nproc & wait; }; bash -c nproc")
+    assert r.output.split() == [every] * 6, r
+    assert sb.execute("exec nproc").output == every + "\n"  # (the shell is then replaced)
+    agent, shell = _cpus_of(sb)
+    assert agent == shell and agent.isdigit(), (agent, shell)  # one CPU, the same
+    r = sb.execute("exec 4>/dev/null; nproc")  # an `exec` of redirections only: the shell keeps to it
+    assert r.output == every + "\n" and _cpus_of(sb)[1] == shell, r
+
+
+def test_the_shell_keeps_to_no_cpu_when_told(workspace: Path) -> None:
+    every = str(len(os.sched_getaffinity(0)))
+    with Sandbox(workspace=workspace, settings=_base_settings(shell_cpu="any")) as sb:
+        assert sb.hello.get("shell") == "loop", sb.hello
+        agent, shell = _cpus_of(sb, settled=False)
+        assert agent == shell == f"0-{int(every) - 1}", (agent, shell)  # (the host's CPUs are 0..N-1)
+        assert sb.execute("nproc").output == every + "\n"

@@ -108,6 +108,7 @@ class ContainerSpec:
             "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
             "SANDSHELL_KILL_GRACE": str(s.kill_grace),
             "SANDSHELL_SHELL_LOOP": s.shell_loop,
+            "SANDSHELL_SHELL_CPU": s.shell_cpu,
             "SANDSHELL_AGENT_CODE": s.agent_code,
             "SANDSHELL_OUTPUT_LIMIT": str(s.output_limit),
             "SANDSHELL_SPILL_LIMIT": str(s.spill_limit),

@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -453,17 +454,45 @@ static char *next_command(char *nonce, int *clean) {
   return command;
 }
 
+/* Between commands the shell keeps to the agent's CPU (`__ss_loop ... CPU ALLOWED`): a command
+   handed over and its record handed back then wake no halted CPU. A command runs on every CPU the
+   shell was allowed, and so does all it starts, `exec`'d programs included. */
+#define CPU_WORDS 16 /* 1,024 CPUs */
+static unsigned long allowed_cpus[CPU_WORDS], own_cpu[CPU_WORDS];
+static int pinned;
+
+static void set_cpu(unsigned long *mask, long cpu) {
+  if (cpu >= 0 && cpu < CPU_WORDS * 8 * (long)sizeof(long))
+    mask[cpu / (8 * sizeof(long))] |= 1UL << (cpu % (8 * sizeof(long)));
+}
+
+static void keep_to(const unsigned long *mask) {
+  if (pinned)
+    syscall(SYS_sched_setaffinity, 0, CPU_WORDS * sizeof(long), mask);
+}
+
+static void pin(const char *cpu, const char *allowed) {
+  if (cpu == NULL || allowed == NULL || atol(cpu) < 0)
+    return;
+  for (const char *at = allowed; *at; at = strchr(at, ',') ? strchr(at, ',') + 1 : at + strlen(at))
+    set_cpu(allowed_cpus, atol(at));
+  set_cpu(own_cpu, atol(cpu));
+  pinned = 1;
+  keep_to(own_cpu);
+}
+
 static int loop_builtin(WORD_LIST *list) {
   WORD_LIST *w = list;
-  char *args[6];
-  for (int i = 0; i < 6; i++, w = w ? w->next : NULL)
+  char *args[8];
+  for (int i = 0; i < 8; i++, w = w ? w->next : NULL)
     args[i] = w ? w->word->word : NULL;
   if (running || !args[5]) {
-    builtin_error(running ? "the loop runs already" : "usage: __ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP READY_FD");
+    builtin_error(running ? "the loop runs already" : "usage: __ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP READY_FD [CPU ALLOWED]");
     return 2;
   }
   int ready_fd = atoi(args[5]);
   running = 1;
+  pin(args[6], args[7]);
   status_fd = atoi(args[0]), error_fd = atoi(args[1]), saves = atol(args[3]);
   state_dir = strdup(args[2]);
   char *setup = strdup(args[4]), hexkey[2 * sizeof key];
@@ -501,6 +530,7 @@ static int loop_builtin(WORD_LIST *list) {
   for (int last = 0;;) {
     int clean;
     char nonce[NONCE + 1], digits[32], *command = next_command(nonce, &clean);
+    keep_to(allowed_cpus);
     const char *how = "ran";
     read_but_dont_execute = 0; /* a `set -n` lasts to the end of the command that set it */
     if (!clean || !parses(command)) {
@@ -519,6 +549,9 @@ static int loop_builtin(WORD_LIST *list) {
     snprintf(digits, sizeof digits, "%d", last);
     const char *fields[] = {digits, cwd && strlen(cwd) <= CWD_MAX ? cwd : "", how};
     record(nonce, fields, 3);
+    keep_to(own_cpu);
+    if (pinned)
+      sched_yield(); /* the agent, waiting on this CPU, has the record before the save below */
     rearm();
     save_state(1);
     /* A signal that came meanwhile, before the word that the save is done: SIGXFSZ from the save
@@ -558,6 +591,6 @@ static char *loop_doc[] = {"The sandshell agent's command loop.", NULL};
 static char *end_doc[] = {"What the sandshell agent's traps run: save the state (and exit).", NULL};
 
 struct builtin __ss_loop_struct = {
-    "__ss_loop", loop_builtin, BUILTIN_ENABLED, loop_doc, "__ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP", 0,
+    "__ss_loop", loop_builtin, BUILTIN_ENABLED, loop_doc, "__ss_loop STATUS_FD ERROR_FD STATE_DIR SAVED SETUP READY_FD [CPU ALLOWED]", 0,
 };
 struct builtin __ss_end_struct = {END, end_builtin, BUILTIN_ENABLED, end_doc, END " [exit N]", 0};

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any
 
-from . import AGENT_NAME, compiled, files, procs
+from . import AGENT_NAME, compiled, cpus, files, procs
 from .channel import Channel, error
 from .command import Limits
 from .diskguard import DiskGuard
@@ -52,6 +52,7 @@ class Config:
         self.scratch_limit = int(env.get("SANDSHELL_SCRATCH_LIMIT", "0"))
         self.file_limit = int(env.get("SANDSHELL_FILE_LIMIT", "0"))
         self.shell_loop = env.get("SANDSHELL_SHELL_LOOP", "auto") != "off"
+        self.shared_cpu = env.get("SANDSHELL_SHELL_CPU", "shared") == "shared"
 
 
 class Agent:
@@ -72,7 +73,9 @@ class Agent:
         user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
         home = os.environ.get("HOME") or "/root"
         os.makedirs(cfg.state_dir, mode=0o700, exist_ok=True)
-        shell = Shell(cfg.state_dir, home, cfg.workdir, cfg.file_limit, loop=cfg.shell_loop and loop_loads())
+        loop = cfg.shell_loop and loop_loads()
+        self.cpus = cpus.Home(shared=loop and cfg.shared_cpu)
+        shell = Shell(cfg.state_dir, home, cfg.workdir, cfg.file_limit, loop, self.cpus)
         self.runner = Runner(
             self.sel,
             self.channel.send,
@@ -169,6 +172,7 @@ class Agent:
         if not math.isfinite(timeout):
             self.channel.send(error(rid, "bad_request", "timeout must be a finite number of seconds"))
             return
+        self.cpus.keep(True)
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
             self._watch(time.monotonic())
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
@@ -179,12 +183,9 @@ class Agent:
         and its status as they come, so its result goes out without a turn of the loop (~0.1 ms of
         the agent's own work, where the loop's upkeep ran first). Anything else the loop waits on
         (the host, the disk watchdog) ends the wait, and the loop takes it all from there.
-        For its first SPIN_SECONDS the wait looks without sleeping, yielding the CPU between looks:
-        a `true` ends in ~0.2 ms, and waking a process that slept costs this VM tens of µs on each
-        side (~0.05 ms of a round trip; ~0.05 ms more of the agent's CPU a command).
-        It looks so only when the last command ended within that time: in a loop of commands a little
-        longer, every look was spent in vain (0.43 ms of the agent's CPU a 0.5 ms command, against
-        0.22 without it, and the container 5x as long held back by its CPU limit; docs/benchmarks.md)."""
+        For its first SPIN_SECONDS it looks without sleeping (waking a process costs this VM tens of
+        µs), if the last command ended within that time: in a loop of commands a little longer every
+        look was in vain (the agent's CPU doubled, its CPU limit held it back; docs/benchmarks.md)."""
         runner, shell = self.runner, self.runner.shell
         start = time.monotonic()
         until, spin_until = start + SETTLE_SECONDS, start + (SPIN_SECONDS if self.quick else 0.0)
@@ -282,6 +283,7 @@ class Agent:
             runner.tick(now)
             if self.pid1:
                 procs.reap_orphans(keep=runner.shell.pid)
+            self.cpus.keep(runner.cmd is None)  # (a command that runs on: its output read where there is room)
 
 
 def _idle(runner: Runner) -> bool:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 
 from . import AGENT_HOME, files, procs
+from .cpus import Home
 from .shellenv import EDITOR_STUBS, base_env
 from .status import Status, StatusChannel, tag
 from .wrapper import (
@@ -62,9 +63,9 @@ def _channel(send_buffer: int = 0) -> tuple[int, int]:
 class Shell:
     """A bash process reading control lines on stdin; output on two pipes, status on a third."""
 
-    def __init__(self, state_dir: str, home: str, cwd: str, file_limit: int = 0, loop: bool = False) -> None:
+    def __init__(self, state_dir: str, home: str, cwd: str, file_limit: int, loop: bool, cpus: Home) -> None:
         self.state_dir = state_dir
-        self.loop = loop  # commands go through the compiled loop (bashloop.c), not the bash wrapper
+        self.loop, self.cpus = loop, cpus  # the compiled loop (bashloop.c), not the bash wrapper; its CPU
         self.file_limit = file_limit  # RLIMIT_FSIZE for bash and all it starts (0: none)
         self.home = home
         self.cwd = cwd
@@ -144,7 +145,7 @@ class Shell:
             # after this line; should the loop not start or ever return, the shell ends.
             prelude.append(f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop __ss_end || builtin exit 3")
             args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), saved, shlex.quote("\n".join(setup)), ready_w)
-            prelude.append(f"__ss_loop {' '.join(map(str, args))}; builtin exit 3")
+            prelude.append(f"__ss_loop {' '.join(map(str, (*args, *self.cpus.loop_args())))}; builtin exit 3")
         else:
             # (`exec`, not `builtin exec`, whose redirections last for that command only: a function of
             # the model's named `exec` would keep the pipe open; the bash functions are the weaker way)
