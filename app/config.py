@@ -183,8 +183,8 @@ class Settings:
     shell_loop: Literal["auto", "off"] = _f(
         "SANDSHELL_SHELL_LOOP", "auto", "auto (a compiled command loop if the image's bash loads it) or off (bash only)"
     )
-    shell_cpu: Literal["shared", "any"] = _f(
-        "SANDSHELL_SHELL_CPU", "shared", "shared (the agent and bash keep to one CPU: a quicker round trip) or any"
+    shell_cpu: Literal["any", "shared"] = _f(
+        "SANDSHELL_SHELL_CPU", "any", "any, or shared (agent and bash on one CPU: quicker; the disk watchdog later)"
     )
     agent_code: Literal["compiled", "source"] = _f(
         "SANDSHELL_AGENT_CODE", "compiled", "compiled (the agent as compiled with the image, if it was) or source"

@@ -222,7 +222,7 @@ def main() -> None:
     ap.add_argument("--ssh-engine", action="store_true", help="on this machine's engine through ssh://")
     ap.add_argument("--shell-loop", default="auto", choices=["auto", "off"], help="off: the bash functions alone")
     ap.add_argument("--agent-code", default="compiled", choices=["compiled", "source"], help="source: not compiled")
-    ap.add_argument("--shell-cpu", default="shared", choices=["shared", "any"], help="any: agent and bash anywhere")
+    ap.add_argument("--shell-cpu", default="any", choices=["any", "shared"], help="shared: agent and bash on one CPU")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
     settings = settings.replace(transport=args.transport, shell_loop=args.shell_loop, agent_code=args.agent_code,

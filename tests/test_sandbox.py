@@ -363,13 +363,18 @@ def _cpus_of(sb: Sandbox, settled: bool = True) -> tuple[str, str]:
     return allowed(agent), allowed(shell)
 
 
-def test_the_shell_keeps_to_the_agents_cpu_and_what_it_starts_runs_on_all(sb: Sandbox) -> None:
-    """SANDSHELL_SHELL_CPU=shared (the default): the agent and its bash keep to one CPU (a command
-    handed over wakes no other CPU), and every program bash starts, however it is forked, or put in
-    bash's place by `exec`, may run on every CPU the container has."""
+def test_the_shell_keeps_to_the_agents_cpu_and_what_it_starts_runs_on_all(workspace: Path) -> None:
+    """SANDSHELL_SHELL_CPU=shared: the agent and its bash keep to one CPU (a command handed over
+    wakes no other CPU), and every program bash starts, however it is forked, or put in bash's
+    place by `exec`, may run on every CPU the container has."""
     every = str(len(os.sched_getaffinity(0)))  # (the container is given all of the host's)
     if every == "1":
         pytest.skip("one CPU: nothing to keep to")
+    with Sandbox(workspace=workspace, settings=_base_settings(shell_cpu="shared")) as sb:
+        _keeps_to_one_cpu(sb, every)
+
+
+def _keeps_to_one_cpu(sb: Sandbox, every: str) -> None:
     r = sb.execute("nproc; (nproc); echo $(nproc); nproc | cat; { nproc & wait; }; bash -c nproc")
     assert r.output.split() == [every] * 6, r
     assert sb.execute("exec nproc").output == every + "\n"  # (the shell is then replaced)
@@ -379,10 +384,9 @@ def test_the_shell_keeps_to_the_agents_cpu_and_what_it_starts_runs_on_all(sb: Sa
     assert r.output == every + "\n" and _cpus_of(sb)[1] == shell, r
 
 
-def test_the_shell_keeps_to_no_cpu_when_told(workspace: Path) -> None:
+def test_the_shell_keeps_to_no_cpu_by_default(sb: Sandbox) -> None:
     every = str(len(os.sched_getaffinity(0)))
-    with Sandbox(workspace=workspace, settings=_base_settings(shell_cpu="any")) as sb:
-        assert sb.hello.get("shell") == "loop", sb.hello
-        agent, shell = _cpus_of(sb, settled=False)
-        assert agent == shell == f"0-{int(every) - 1}", (agent, shell)  # (the host's CPUs are 0..N-1)
-        assert sb.execute("nproc").output == every + "\n"
+    assert sb.hello.get("shell") == "loop", sb.hello
+    agent, shell = _cpus_of(sb, settled=False)
+    assert agent == shell == f"0-{int(every) - 1}", (agent, shell)  # (the host's CPUs are 0..N-1)
+    assert sb.execute("nproc").output == every + "\n"

@@ -52,7 +52,7 @@ class Config:
         self.scratch_limit = int(env.get("SANDSHELL_SCRATCH_LIMIT", "0"))
         self.file_limit = int(env.get("SANDSHELL_FILE_LIMIT", "0"))
         self.shell_loop = env.get("SANDSHELL_SHELL_LOOP", "auto") != "off"
-        self.shared_cpu = env.get("SANDSHELL_SHELL_CPU", "shared") == "shared"
+        self.shared_cpu = env.get("SANDSHELL_SHELL_CPU", "any") == "shared"
 
 
 class Agent:
