@@ -371,21 +371,19 @@ def test_the_shell_keeps_to_the_agents_cpu_and_what_it_starts_runs_on_all(worksp
     if every == "1":
         pytest.skip("one CPU: nothing to keep to")
     with Sandbox(workspace=workspace, settings=_base_settings(shell_cpu="shared")) as sb:
-        _keeps_to_one_cpu(sb, every)
-
-
-def _keeps_to_one_cpu(sb: Sandbox, every: str) -> None:
-    r = sb.execute("nproc; (nproc); echo $(nproc); nproc | cat; { nproc & wait; }; bash -c nproc")
-    assert r.output.split() == [every] * 6, r
-    assert sb.execute("exec nproc").output == every + "\n"  # (the shell is then replaced)
-    agent, shell = _cpus_of(sb)
-    assert agent == shell and agent.isdigit(), (agent, shell)  # one CPU, the same
-    r = sb.execute("exec 4>/dev/null; nproc")  # an `exec` of redirections only: the shell keeps to it
-    assert r.output == every + "\n" and _cpus_of(sb)[1] == shell, r
+        r = sb.execute("nproc; (nproc); echo $(nproc); nproc | cat; { nproc & wait; }; bash -c nproc")
+        assert r.output.split() == [every] * 6, r
+        assert sb.execute("exec nproc").output == every + "\n"  # (the shell is then replaced)
+        agent, shell = _cpus_of(sb)
+        assert agent == shell and agent.isdigit(), (agent, shell)  # one CPU, the same
+        r = sb.execute("exec 4>/dev/null; nproc")  # an `exec` of redirections only: the shell keeps to it
+        assert r.output == every + "\n" and _cpus_of(sb)[1] == shell, r
 
 
 def test_the_shell_keeps_to_no_cpu_by_default(sb: Sandbox) -> None:
     every = str(len(os.sched_getaffinity(0)))
+    if every == "1":
+        pytest.skip("one CPU: nothing to keep to")
     assert sb.hello.get("shell") == "loop", sb.hello
     agent, shell = _cpus_of(sb, settled=False)
     assert agent == shell == f"0-{int(every) - 1}", (agent, shell)  # (the host's CPUs are 0..N-1)

@@ -5,12 +5,13 @@ four times in four, against once in four without; not understood yet, docs/bench
 A command handed to bash and its record handed back each woke the other process, most often on
 the other CPU: in this VM a halted CPU takes tens of µs to wake, and the agent waited on bash's
 state save when both ran on one. Kept to the CPU the agent started on, the loop's bash yields
-right after its record (bashloop.c), and the agent has it at once: a `true`'s round trip went
-0.378 -> 0.327 ms (docs/benchmarks.md). The loop's bash keeps to it only between commands: it
-sets itself free as it starts one, so a command and all it starts (`exec`'d programs too) run on
-every CPU the container has. The agent's main thread keeps to it while a command is quick (a
-flood's output is then read where there is room); its other threads (the disk watchdog's) run
-anywhere. Sessions started on a machine of many CPUs start on many, not all on the first.
+right after its record (bashloop.c), and the agent has it in 15-21 µs instead of 44-45: a `true`'s
+round trip went 0.407 -> 0.333 ms (agents_bench, docs/benchmarks.md). The loop's bash keeps to it
+only between commands: it sets itself free as it starts one, so a command and all it starts
+(`exec`'d programs too) run on every CPU the container has. The agent's main thread keeps to it
+while a command is quick (a flood's output is then read where there is room); its other threads
+(the disk watchdog's) run anywhere. The CPU is whichever the agent was on at its start, so
+sessions should spread over a machine of many CPUs (not measured: only 2-CPU machines here).
 """
 
 from __future__ import annotations
