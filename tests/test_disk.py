@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +14,16 @@ from pathlib import Path
 import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
-from sandshell_agent import inotify
-from sandshell_agent.diskguard import Area, DiskGuard
+from sandshell_agent import inotify, openfiles
+from sandshell_agent.diskguard import PACE_HALF, Area, DiskGuard, Turns
 from tests.conftest import _base_settings
 
 LIMIT = 50_000_000  # every limit, small so the tests are quick
 MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
+# ... for a steady writer, which the watchdog measures the more often the nearer it gets to a limit
+# (`Area.soon`): writers at ~700 MB/s went 0-4 MB past (3 runs of this module); 15-35 MB past
+# when measured every 50 ms whatever their pace.
+PACED = 20_000_000
 QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
 
 
@@ -106,7 +111,7 @@ def test_many_small_files_stop_at_the_workspace_limit(box: tuple[Sandbox, Path])
     sb, ws = box
     (ws / "precious").write_text("kept")
     cmd = "mkdir -p /app/many; for i in $(seq 1 1000); do head -c 1000000 /dev/zero > /app/many/f$i; done; echo after"
-    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_WORKSPACE_LIMIT")
+    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_WORKSPACE_LIMIT", margin=PACED)
     assert "workspace /app grew to" in notice
     assert used(ws) <= LIMIT + MARGIN
     assert (ws / "precious").read_text() == "kept"  # nothing that was there is lost
@@ -130,7 +135,7 @@ def test_tmp_is_a_sized_tmpfs(box: tuple[Sandbox, Path]) -> None:
 def test_the_containers_own_files_are_bounded(box: tuple[Sandbox, Path]) -> None:
     sb, ws = box
     cmd = "mkdir -p /root/many; for i in $(seq 1 1000); do head -c 1000000 /dev/zero > /root/many/f$i; done; echo after"
-    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_SCRATCH_LIMIT")
+    notice = stopped_quickly(sb, ws, cmd, "SANDSHELL_SCRATCH_LIMIT", margin=PACED)
     assert "outside /app and /tmp" in notice
     sb.execute("rm -rf /root/many")
 
@@ -447,8 +452,47 @@ def test_a_measure_kept_waiting_counts_only_its_own_work() -> None:
 
     area = Area.__new__(Area)
     area.tree, area.baseline, area.limit, area.threshold = Held(), 0, LIMIT, LIMIT  # type: ignore[assignment]
-    took = DiskGuard.check(DiskGuard.__new__(DiskGuard), area)
+    guard = DiskGuard.__new__(DiskGuard)
+    guard.turns = Turns()
+    took = guard.check(area)
     assert 0 < took < 0.1, f"a measure that waited 0.3 s counted as {took:.3f} s of work"
+
+
+def test_an_area_is_measured_the_sooner_the_faster_it_nears_its_limit() -> None:
+    """Half the time the area needs to reach its limit at its pace; a pause in the writing keeps the
+    pace (halved every PACE_HALF s), as writers pause between files."""
+    a = Area.__new__(Area)
+    a.limit = a.threshold = 100_000_000
+    a.used, a.measured_at, a.pace = 0, float("-inf"), 0.0
+    a.measured(0, 10.0)
+    assert a.soon() == float("inf")  # not growing: the watchdog's usual clock
+    a.measured(35_000_000, 10.05)  # 700 MB/s: 65 MB to go
+    assert a.soon() == pytest.approx(65 / 700 / 2)
+    a.measured(80_000_000, 10.1)  # 900 MB/s: 20 MB to go
+    assert a.soon() == pytest.approx(20 / 900 / 2)
+    a.measured(80_000_000, 10.15)  # nothing written for 50 ms
+    assert a.soon() == pytest.approx(20 / (900 * 0.5 ** (0.05 / PACE_HALF)) / 2)
+    a.measured(80_000_000, 13.0)  # nor for seconds
+    assert a.soon() > 10
+    a.measured(120_000_000, 13.1)  # past the limit, while the trip is under way: at once
+    assert a.soon() == 0
+
+
+def test_the_look_through_proc_waits_while_a_measure_runs() -> None:
+    """A look holds the interpreter's lock between its reads: it gives way to a measure (and says
+    how long, so that its own clock counts only its work)."""
+    turns, order = Turns(), []
+    look = threading.Thread(target=lambda: (turns.give_way(), order.append("looked on")))
+    with turns.measure():
+        look.start()
+        time.sleep(0.3)
+        order.append("measured")
+    look.join(timeout=2)
+    assert order == ["measured", "looked on"]
+    assert 0.25 < turns.take_waited() < 1 and turns.take_waited() == 0
+    calls = []
+    openfiles.look_all({0: (0, 0)}, pause=lambda: calls.append(1))  # (device 0: nothing is flushed)
+    assert len(calls) >= len([p for p in os.listdir("/proc") if p.isdigit()]) - 5  # (at least one a process)
 
 
 def test_a_look_made_slow_does_not_hold_up_the_measures(box: tuple[Sandbox, Path]) -> None:
@@ -459,6 +503,6 @@ def test_a_look_made_slow_does_not_hold_up_the_measures(box: tuple[Sandbox, Path
     assert sb.execute(f"{up}; cat /tmp/stall.log", timeout=90).output == "up\n"
     try:
         writer = "for i in $(seq 1 100); do head -c 10000000 /dev/zero > /app/w$i; done"
-        stopped_quickly(sb, ws, f"{writer}; echo after", "SANDSHELL_WORKSPACE_LIMIT")
+        stopped_quickly(sb, ws, f"{writer}; echo after", "SANDSHELL_WORKSPACE_LIMIT", margin=PACED)
     finally:
         sb.execute("pkill -f stall.py; rm -rf /app/w* /tmp/stall.*", timeout=60)

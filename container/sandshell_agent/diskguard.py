@@ -19,7 +19,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -27,7 +28,11 @@ from . import openfiles, procs
 from .diskentry import blocks, inodes
 from .disktree import Tree
 
-BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least)
+BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least), and sooner while an area
+# nears its limit fast: in half the time it would take to get there at its pace (`Area.soon`), at most
+# every SOONEST; the pace halves every PACE_HALF s the area stops growing. Writers at ~700 MB/s beside
+# a slow look went up to 36 MB past a 50 MB limit measured every 50 ms (15 runs), 10 MB paced (40).
+SOONEST, PACE_HALF = 0.005, 0.25
 IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
 FULL_BUSY_EVERY = 2.0  # seconds between full measures (growth of files that already existed)
 FULL_IDLE_EVERY = 2.0  # a `chmod 4755` leaves its folder's mtime alone: only a full measure sees it
@@ -43,6 +48,7 @@ LOOK_IDLE_EVERY = 1.0
 # after a look ends: a look made slow (0.3 s) spaced them 3 s apart, and a writer into a file deleted
 # while held went ~25 MB past a 50 MB limit at 8 MB/s meanwhile.
 LOOK_BUSY_GAP = 1.0
+GIVE_WAY_MOST = 1.0  # the longest the look waits for a measure at one pause (`Turns`)
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp")  # (other mounts are left out by their device)
 # Files the engine binds in read-write from its own folders: on no filesystem the areas measure, yet
@@ -72,6 +78,9 @@ class Area:
     extra: tuple[str, ...] = ()  # files measured with the area wherever they are
     image: dict[int, tuple[int, int]] | None = None  # the image's files, which count once changed (Tree)
     looked: threading.Event = field(init=False)  # set by a look through /proc: measure at once
+    used: int = 0  # bytes at the last measure
+    measured_at: float = float("-inf")  # when
+    pace: float = 0.0  # bytes a second the area grows by: the fastest of late (`measured`)
 
     def __post_init__(self) -> None:
         self.threshold = self.limit
@@ -79,6 +88,54 @@ class Area:
             self.root, self.skip, strip_setid=self.root == "/app", extra=self.extra, held=True, image=self.image
         )
         self.looked = threading.Event()
+
+    def measured(self, used: int, now: float) -> None:
+        """Keep the pace: the growth since the last measure, or what is left of a faster one (halved
+        every PACE_HALF s). A writer pauses (a new file, a new process, the host's writeback): paced by
+        its last step alone, one measured 50 ms apart after a step of nothing went 22 MB past."""
+        since = max(now - self.measured_at, 1e-3)
+        self.pace = max((used - self.used) / since, self.pace * 0.5 ** (since / PACE_HALF), 0.0)
+        self.used, self.measured_at = used, now
+
+    def soon(self) -> float:
+        """Seconds until the next measure should be made for its growth: half the time the area
+        would take to reach its threshold at its pace (infinite when it does not grow)."""
+        if not self.limit or not self.pace:
+            return float("inf")
+        return max(self.threshold - self.used, 0) / self.pace / 2
+
+
+class Turns:
+    """Measures go first: the look through /proc waits while one runs (`give_way`, called between its
+    reads). It holds the interpreter's lock between its system calls, and a measure gives it up at each
+    of its own: beside a look of 0.3 s, measures waited up to 24 ms for it; giving way, up to 4 ms."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.changed = threading.Condition()
+        self.waited = 0.0  # seconds the look gave way since it last asked
+
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        with self.changed:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.running -= 1
+                self.changed.notify_all()
+
+    def give_way(self) -> None:
+        if self.running:  # (read without the lock: a measure that starts just after is waited for next time)
+            start = time.monotonic()
+            with self.changed:
+                self.changed.wait_for(lambda: not self.running, GIVE_WAY_MOST)
+            self.waited += time.monotonic() - start
+
+    def take_waited(self) -> float:
+        waited, self.waited = self.waited, 0.0
+        return waited
 
 
 class DiskGuard:
@@ -107,6 +164,7 @@ class DiskGuard:
         # Held through a trip (stop, notice, kill): the loop takes the notice and starts the next
         # command only after it, so a trip's kills never reach a command that started after it.
         self.tripping = threading.RLock()
+        self.turns = Turns()
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -134,15 +192,17 @@ class DiskGuard:
         work once took 48 ms (each of its system calls gave the lock up and waited to get it back);
         timed so, it would slow the quick clock to 0.5 s, time for a fast writer to get hundreds of
         MB past a limit (the likely cause of a suite run's 80 MB past 48 MB). The look itself
-        (`_look`) stays timed by the wall clock: it is what holds the lock, and slowing it when it
-        runs long leaves the measures more of it."""
+        (`_look`) stays timed by the wall clock, less the time it gave way to measures: it is what
+        holds the lock, and slowing it when it runs long leaves the measures more of it."""
         start = time.thread_time()
-        used = a.tree.measure(full) - a.baseline
-        if a.limit and used > a.threshold:
-            with self.tripping:
-                self._trip(a, used)
-        elif used < a.limit:
-            a.threshold = a.limit
+        with self.turns.measure():
+            used = a.tree.measure(full) - a.baseline
+            a.measured(used, time.monotonic())
+            if a.limit and used > a.threshold:
+                with self.tripping:
+                    self._trip(a, used)
+            elif used < a.limit:
+                a.threshold = a.limit
         return time.thread_time() - start
 
     def _trip(self, a: Area, used: int) -> None:
@@ -162,10 +222,11 @@ class DiskGuard:
 
     def _watch(self, a: Area) -> None:
         """One thread an area, on its own clocks: a quick measure (changed folders only) every 50 ms
-        while a command runs, and a full one for every 2 s it has run (a short command needs none:
-        in a loop of quick ones a full measure every 2 s was most of the agent's CPU); as a command
-        ends, a full one too, unless one was made in the last second or inotify watches every
-        folder; never more often than ten times what a measure takes. Idle, when inotify watches
+        while a command runs (sooner while the area nears its limit fast: `Area.soon`), and a full
+        one for every 2 s it has run (a short command needs none: in a loop of quick ones a full
+        measure every 2 s was most of the agent's CPU); as a command ends, a full one too, unless
+        one was made in the last second or inotify watches every folder; never more often than ten
+        times what a measure takes. Idle, when inotify watches
         every folder, a quick measure still every 50 ms (it costs nothing until something changes)
         and a full one every 10 s; when it does not, a quick one every 0.5 s and a full one every
         2 s (a file made set-uid leaves no trace in its folder's mtime: only a full measure sees it).
@@ -186,6 +247,7 @@ class DiskGuard:
                 due = now - max(last_full, busy_since) >= FULL_BUSY_EVERY if busy else since >= idle_every
                 after = ended and since >= FULL_AFTER_EVERY and not a.tree.complete
                 quick_every = max(BUSY_EVERY if busy or a.tree.complete else IDLE_EVERY, quick * 10)
+                quick_every = min(quick_every, max(a.soon(), quick * 10, SOONEST))
                 if since >= full * 10 and (due or after):
                     full, last_full = self.check(a, full=True), now
                     quick, last_quick = full / 4, now
@@ -195,7 +257,7 @@ class DiskGuard:
             except Exception as e:  # a watchdog must not die: say so and go on
                 print(f"sandshell-agent: disk check failed: {e!r}", file=sys.stderr, flush=True)
                 last_quick = last_full = time.monotonic()
-            time.sleep(BUSY_EVERY)
+            time.sleep(min(BUSY_EVERY, max(a.soon(), quick * 10, SOONEST)))
 
     def _look_once(self) -> None:
         """One walk through /proc for every area (two areas on one device: it counts for both, with
@@ -208,7 +270,7 @@ class DiskGuard:
         if not devs:
             return
         wanted = {dev: (areas[0].tree.flush_from, max(a.limit for a in areas)) for dev, areas in devs.items()}
-        seen, self.look_from = openfiles.look_all(wanted, self.look_from)
+        seen, self.look_from = openfiles.look_all(wanted, self.look_from, pause=self.turns.give_way)
         for dev, areas in devs.items():
             for a in areas:
                 a.tree.seen(seen[dev])
@@ -218,8 +280,8 @@ class DiskGuard:
         processes and descriptors make slow (0.2-0.7 s for 13 of 4,000; more for 60,000 mappings
         each) held up the quick measures of its area, and a plain writer went 540 MB past meanwhile.
         Every 0.25 s while a command runs, every second idle, and never more often than ten times
-        what a look takes, nor, while a command runs, more than LOOK_BUSY_GAP after the last one ended;
-        each area then measures at once."""
+        what a look takes (less the time it gave way to measures: `Turns`), nor, while a command runs,
+        more than LOOK_BUSY_GAP after the last one ended; each area then measures at once."""
         last, took = float("-inf"), 0.0
         while True:
             now = time.monotonic()
@@ -234,5 +296,5 @@ class DiskGuard:
                     print(f"sandshell-agent: disk look failed: {e!r}", file=sys.stderr, flush=True)
                 for a in self.areas:
                     a.looked.set()
-                last, took = now, time.monotonic() - now
+                last, took = now, time.monotonic() - now - self.turns.take_waited()
             time.sleep(BUSY_EVERY)
