@@ -184,7 +184,7 @@ class Settings:
         "SANDSHELL_SHELL_LOOP", "auto", "auto (a compiled command loop if the image's bash loads it) or off (bash only)"
     )
     shell_cpu: Literal["any", "shared"] = _f(
-        "SANDSHELL_SHELL_CPU", "any", "any, or shared (agent and bash on one CPU: quicker; failed a disk-limit test)"
+        "SANDSHELL_SHELL_CPU", "any", "any, or shared (the agent and its bash keep to one CPU between commands)"
     )
     agent_code: Literal["compiled", "source"] = _f(
         "SANDSHELL_AGENT_CODE", "compiled", "compiled (the agent as compiled with the image, if it was) or source"

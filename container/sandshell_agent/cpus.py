@@ -1,6 +1,7 @@
 """The agent and its shell on one CPU while commands come and go (SANDSHELL_SHELL_CPU=shared, not
-the default: with it the disk watchdog stopped a writer ~50 MB late in tests/test_disk.py's module
-four times in four, against once in four without; not understood yet, docs/benchmarks.md).
+the default: in sandbox_bench's round trip it made no difference on 2026-11-27, 1.57-1.66x against
+1.63-1.66x; docs/benchmarks.md. The disk tests it once failed now pass with it: the disk watchdog
+measured every 50 ms whatever a writer's pace, and `shared` only made a late measure likelier).
 
 A command handed to bash and its record handed back each woke the other process, most often on
 the other CPU: in this VM a halted CPU takes tens of µs to wake, and the agent waited on bash's
