@@ -19,8 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -48,7 +47,6 @@ LOOK_IDLE_EVERY = 1.0
 # after a look ends: a look made slow (0.3 s) spaced them 3 s apart, and a writer into a file deleted
 # while held went ~25 MB past a 50 MB limit at 8 MB/s meanwhile.
 LOOK_BUSY_GAP = 1.0
-GIVE_WAY_MOST = 1.0  # the longest the look waits for a measure at one pause (`Turns`)
 SLACK = 1 << 20  # growth tolerated while already over a limit
 SKIP = ("/proc", "/sys", "/dev", "/app", "/tmp")  # (other mounts are left out by their device)
 # Files the engine binds in read-write from its own folders: on no filesystem the areas measure, yet
@@ -105,39 +103,6 @@ class Area:
         return max(self.threshold - self.used, 0) / self.pace / 2
 
 
-class Turns:
-    """Measures go first: the look through /proc waits while one runs (`give_way`, called between its
-    reads). It holds the interpreter's lock between its system calls, and a measure gives it up at each
-    of its own: beside a look of 0.3 s, measures waited up to 24 ms for it; giving way, up to 4 ms."""
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.changed = threading.Condition()
-        self.waited = 0.0  # seconds the look gave way since it last asked
-
-    @contextmanager
-    def measure(self) -> Iterator[None]:
-        with self.changed:
-            self.running += 1
-        try:
-            yield
-        finally:
-            with self.changed:
-                self.running -= 1
-                self.changed.notify_all()
-
-    def give_way(self) -> None:
-        if self.running:  # (read without the lock: a measure that starts just after is waited for next time)
-            start = time.monotonic()
-            with self.changed:
-                self.changed.wait_for(lambda: not self.running, GIVE_WAY_MOST)
-            self.waited += time.monotonic() - start
-
-    def take_waited(self) -> float:
-        waited, self.waited = self.waited, 0.0
-        return waited
-
-
 class DiskGuard:
     """Scans in a thread; on a trip it stops every process started from the shell at once (from the
     thread: a fast writer must not wait for the agent's loop) and wakes the loop through a pipe so
@@ -164,7 +129,6 @@ class DiskGuard:
         # Held through a trip (stop, notice, kill): the loop takes the notice and starts the next
         # command only after it, so a trip's kills never reach a command that started after it.
         self.tripping = threading.RLock()
-        self.turns = Turns()
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -192,17 +156,16 @@ class DiskGuard:
         work once took 48 ms (each of its system calls gave the lock up and waited to get it back);
         timed so, it would slow the quick clock to 0.5 s, time for a fast writer to get hundreds of
         MB past a limit (the likely cause of a suite run's 80 MB past 48 MB). The look itself
-        (`_look`) stays timed by the wall clock, less the time it gave way to measures: it is what
-        holds the lock, and slowing it when it runs long leaves the measures more of it."""
+        (`_look`) stays timed by the wall clock: it is what holds the lock, and slowing it when it
+        runs long leaves the measures more of it."""
         start = time.thread_time()
-        with self.turns.measure():
-            used = a.tree.measure(full) - a.baseline
-            a.measured(used, time.monotonic())
-            if a.limit and used > a.threshold:
-                with self.tripping:
-                    self._trip(a, used)
-            elif used < a.limit:
-                a.threshold = a.limit
+        used = a.tree.measure(full) - a.baseline
+        a.measured(used, time.monotonic())
+        if a.limit and used > a.threshold:
+            with self.tripping:
+                self._trip(a, used)
+        elif used < a.limit:
+            a.threshold = a.limit
         return time.thread_time() - start
 
     def _trip(self, a: Area, used: int) -> None:
@@ -270,7 +233,7 @@ class DiskGuard:
         if not devs:
             return
         wanted = {dev: (areas[0].tree.flush_from, max(a.limit for a in areas)) for dev, areas in devs.items()}
-        seen, self.look_from = openfiles.look_all(wanted, self.look_from, pause=self.turns.give_way)
+        seen, self.look_from = openfiles.look_all(wanted, self.look_from)
         for dev, areas in devs.items():
             for a in areas:
                 a.tree.seen(seen[dev])
@@ -280,8 +243,8 @@ class DiskGuard:
         processes and descriptors make slow (0.2-0.7 s for 13 of 4,000; more for 60,000 mappings
         each) held up the quick measures of its area, and a plain writer went 540 MB past meanwhile.
         Every 0.25 s while a command runs, every second idle, and never more often than ten times
-        what a look takes (less the time it gave way to measures: `Turns`), nor, while a command runs,
-        more than LOOK_BUSY_GAP after the last one ended; each area then measures at once."""
+        what a look takes, nor, while a command runs, more than LOOK_BUSY_GAP after the last one ended;
+        each area then measures at once."""
         last, took = float("-inf"), 0.0
         while True:
             now = time.monotonic()
@@ -296,5 +259,5 @@ class DiskGuard:
                     print(f"sandshell-agent: disk look failed: {e!r}", file=sys.stderr, flush=True)
                 for a in self.areas:
                     a.looked.set()
-                last, took = now, time.monotonic() - now - self.turns.take_waited()
+                last, took = now, time.monotonic() - now
             time.sleep(BUSY_EVERY)

@@ -18,13 +18,11 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-from collections.abc import Callable
 from typing import NamedTuple
 
 HELD_FDS = 50_000  # the most descriptors looked at in one look
 MAP_BYTES = 8 << 20  # the most text of /proc/PID/maps read in one look
 FLUSHES = 64  # the most files written through mappings flushed in one look (the next look goes on)
-STEP = 64  # descriptors looked at (or lines of maps read) between two calls of the look's `pause`
 DELETED = " (deleted)"
 
 
@@ -65,20 +63,12 @@ def look(dev: int, start: int = 0, flush_from: int = 0, cap: int = 0, fds: int =
     return seen[dev]._replace(stopped_at=stopped_at)
 
 
-def _go_on() -> None:
-    pass
-
-
-def look_all(
-    devs: dict[int, tuple[int, int]], start: int = 0, fds: int = HELD_FDS, pause: Callable[[], None] = _go_on
-) -> tuple[dict[int, Seen], int]:
+def look_all(devs: dict[int, tuple[int, int]], start: int = 0, fds: int = HELD_FDS) -> tuple[dict[int, Seen], int]:
     """What the processes in this container hold on each device in `devs`, beyond what its folders
     show, in one walk through /proc, beginning with the first process from pid `start` on (where the
     last look's bounds ended it, so that processes with descriptors or mappings by the ten thousand
     cannot hide the others for good), and the first process the bounds left out (or 0). `devs`: a
-    device's (inode the flushes begin with, the most a file only mapped counts). `pause` is called
-    every STEP descriptors or lines of maps (and between processes): the watchdog's look waits
-    there while a measure runs."""
+    device's (inode the flushes begin with, the most a file only mapped counts)."""
     held: dict[int, dict[int, int]] = {dev: {} for dev in devs}  # inode -> bytes, deleted files held by a descriptor
     mapped: dict[int, dict[int, int]] = {dev: {} for dev in devs}  # inode -> bytes mapped, deleted, held by a mapping
     written: dict[int, dict[int, str]] = {dev: {} for dev in devs}  # inode -> path, named, mapped shared and writable
@@ -89,10 +79,9 @@ def look_all(
         if fds_left <= 0 or text_left <= 0:
             stopped_at = pid
             break
-        pause()
         base, names = _entry(pid)
-        fds_left -= _descriptors(base, names[:fds_left], held, pause)
-        text_left -= _mappings(base, mapped, written, text_left, pause)
+        fds_left -= _descriptors(base, names[:fds_left], held)
+        text_left -= _mappings(base, mapped, written, text_left)
     return {dev: _seen(dev, held[dev], mapped[dev], written[dev], *devs[dev]) for dev in devs}, stopped_at
 
 
@@ -126,10 +115,8 @@ def _entry(pid: int) -> tuple[str, list[str]]:
     return base, []
 
 
-def _descriptors(base: str, names: list[str], held: dict[int, dict[int, int]], pause: Callable[[], None]) -> int:
-    for i, fd in enumerate(names):
-        if i % STEP == STEP - 1:
-            pause()
+def _descriptors(base: str, names: list[str], held: dict[int, dict[int, int]]) -> int:
+    for fd in names:
         try:
             st = os.stat(f"{base}/fd/{fd}")  # the open file itself, even when no name is left
         except OSError:
@@ -139,22 +126,13 @@ def _descriptors(base: str, names: list[str], held: dict[int, dict[int, int]], p
     return len(names)
 
 
-def _mappings(
-    base: str,
-    mapped: dict[int, dict[int, int]],
-    written: dict[int, dict[int, str]],
-    most: int,
-    pause: Callable[[], None],
-) -> int:
+def _mappings(base: str, mapped: dict[int, dict[int, int]], written: dict[int, dict[int, str]], most: int) -> int:
     """Read a process's mappings, at most `most` characters of them (a path may be 4,096 long, and a
     process may have 65,530 mappings); returns how many were read."""
-    read = lines = 0
+    read = 0
     try:
         with open(f"{base}/maps", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
-                lines += 1
-                if lines % STEP == 0:
-                    pause()
                 read += len(line)
                 if read > most:
                     break
