@@ -1,7 +1,7 @@
 """How far a writer into a file deleted while held open gets past the workspace limit while its looks
 through /proc are made slow; with --fast, how far a fast plain writer gets past it then.
 
-Run: .venv/bin/python bench/slow_look_bench.py [--runs 3] [--no-stall] [--fast] [--agent DIR]
+Run: .venv/bin/python bench/slow_look_bench.py [--runs 3] [--no-stall] [--fast] [--container DIR]
 A sandbox with 50 MB limits. Each run first starts 13 processes of 4,000 descriptors each in it (what
 makes a look through /proc as slow as its bounds allow: ~0.3 s), then a command that opens /app/gone,
 deletes it and writes 2 MB every 0.25 s into it (8 MB/s; no folder shows the file, only a look
@@ -10,14 +10,14 @@ does). The limit is reached after ~6.25 s of writing: the time the command ran p
 they are started again for every run.)
 --fast: the writer writes files of 10 MB into /app as fast as it can (~700 MB/s here), and what went
 past is what the host's disk lost beyond the limit, and what the notice says the workspace grew to.
---agent DIR: the sandbox built from another copy of container/ (to compare the agent's versions).
+--container DIR: the sandbox image built from another container/ folder (as in watchdog_bench.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -57,12 +57,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-stall", action="store_true", help="the writer alone, for comparison")
     ap.add_argument("--fast", action="store_true", help="a fast writer of plain files instead")
-    ap.add_argument("--agent", type=Path, help="a copy of container/ to build the sandbox from")
+    ap.add_argument("--container", type=Path, help="build the image from this container/ folder")
     args = ap.parse_args()
-    if args.agent:
+    if args.container:
         from sandshell.sandbox import image
 
-        image.container_dir = lambda: args.agent.resolve()  # type: ignore[attr-defined,misc]
+        image.container_dir = lambda: args.container.resolve()  # type: ignore[attr-defined,misc]
     if args.fast:
         print("| run | stalled looks | the command ran | the host lost | the notice: grew to |")
     else:
@@ -79,11 +79,11 @@ def main() -> None:
             for run in range(1, args.runs + 1):
                 if not args.no_stall and sb.execute(UP, timeout=90).output.strip() != "up":
                     raise SystemExit("the stalling processes did not start")
-                start, free = time.monotonic(), _free(ws)
+                start, free = time.monotonic(), shutil.disk_usage(ws).free
                 r = sb.execute(FAST if args.fast else WRITER, timeout=60)
                 took = time.monotonic() - start
                 if args.fast:
-                    lost = free - _free(ws)
+                    lost = free - shutil.disk_usage(ws).free
                     grew = re.search(r"grew to ([\d.]+ \w+)", r.notice or "")
                     print(f"| {run} | {not args.no_stall} | {took:.1f} s | {lost / 1e6:.0f} MB | {grew and grew[1]} |")
                     sb.execute("rm -f /app/w*", timeout=60)
@@ -95,11 +95,6 @@ def main() -> None:
                     pasts.append(past)
     mb = sorted(p / 1e6 for p in pasts)
     print(f"\npast the limit: median {statistics.median(mb):.0f} MB, worst {mb[-1]:.0f} MB ({len(mb)} runs)")
-
-
-def _free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
 
 
 if __name__ == "__main__":

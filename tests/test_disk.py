@@ -20,8 +20,8 @@ from tests.conftest import _base_settings
 LIMIT = 50_000_000  # every limit, small so the tests are quick
 MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
 # ... for a steady writer, which the watchdog measures the more often the nearer it gets to a limit
-# (`Area.soon`): writers at ~700 MB/s went 0-4 MB past (3 runs of this module); 15-35 MB past
-# when measured every 50 ms whatever their pace.
+# (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB when measured every
+# 50 ms whatever the pace (bench/slow_look_bench.py --fast, 20 runs each).
 PACED = 20_000_000
 QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
 

@@ -30,7 +30,7 @@ from .disktree import Tree
 BUSY_EVERY = 0.05  # seconds between scans while a command runs (at least), and sooner while an area
 # nears its limit fast: in half the time it would take to get there at its pace (`Area.soon`), at most
 # every SOONEST; the pace halves every PACE_HALF s the area stops growing. Writers at ~700 MB/s beside
-# a slow look went up to 36 MB past a 50 MB limit measured every 50 ms (15 runs), 10 MB paced (40).
+# a slow look went up to 38 MB past a 50 MB limit measured every 50 ms, 7 MB paced (20 runs each).
 SOONEST, PACE_HALF = 0.005, 0.25
 IDLE_EVERY = 0.5  # ... and between commands (a writer left in the background)
 FULL_BUSY_EVERY = 2.0  # seconds between full measures (growth of files that already existed)
@@ -101,6 +101,12 @@ class Area:
         if not self.limit or not self.pace:
             return float("inf")
         return max(self.threshold - self.used, 0) / self.pace / 2
+
+
+def _paced(a: Area, quick: float) -> float:
+    """Seconds to the next quick measure for the area's growth: soon (`Area.soon`), but never more
+    often than every SOONEST, nor than ten times what the last quick measure took."""
+    return max(a.soon(), quick * 10, SOONEST)
 
 
 class DiskGuard:
@@ -189,10 +195,10 @@ class DiskGuard:
         one for every 2 s it has run (a short command needs none: in a loop of quick ones a full
         measure every 2 s was most of the agent's CPU); as a command ends, a full one too, unless
         one was made in the last second or inotify watches every folder; never more often than ten
-        times what a measure takes. Idle, when inotify watches
-        every folder, a quick measure still every 50 ms (it costs nothing until something changes)
-        and a full one every 10 s; when it does not, a quick one every 0.5 s and a full one every
-        2 s (a file made set-uid leaves no trace in its folder's mtime: only a full measure sees it).
+        times what a measure takes. Idle, when inotify watches every folder, a quick measure still
+        every 50 ms (it costs nothing until something changes) and a full one every 10 s; when it
+        does not, a quick one every 0.5 s and a full one every 2 s (a file made set-uid leaves no
+        trace in its folder's mtime: only a full measure sees it).
         After each look through /proc (`_look`), a quick measure at once. Each clock is slowed to
         ten times the CPU its work takes (`check`)."""
         quick = full = 0.0
@@ -210,7 +216,7 @@ class DiskGuard:
                 due = now - max(last_full, busy_since) >= FULL_BUSY_EVERY if busy else since >= idle_every
                 after = ended and since >= FULL_AFTER_EVERY and not a.tree.complete
                 quick_every = max(BUSY_EVERY if busy or a.tree.complete else IDLE_EVERY, quick * 10)
-                quick_every = min(quick_every, max(a.soon(), quick * 10, SOONEST))
+                quick_every = min(quick_every, _paced(a, quick))
                 if since >= full * 10 and (due or after):
                     full, last_full = self.check(a, full=True), now
                     quick, last_quick = full / 4, now
@@ -220,7 +226,7 @@ class DiskGuard:
             except Exception as e:  # a watchdog must not die: say so and go on
                 print(f"sandshell-agent: disk check failed: {e!r}", file=sys.stderr, flush=True)
                 last_quick = last_full = time.monotonic()
-            time.sleep(min(BUSY_EVERY, max(a.soon(), quick * 10, SOONEST)))
+            time.sleep(min(BUSY_EVERY, _paced(a, quick)))
 
     def _look_once(self) -> None:
         """One walk through /proc for every area (two areas on one device: it counts for both, with
