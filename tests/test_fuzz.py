@@ -136,7 +136,8 @@ frames = st.dictionaries(
     st.sampled_from(["exit_code", "error", "notice", "timed_out", "signal", "spill_path", "output_bytes",
                      "duration", "user", "host", "cwd", "tail", "path", "content", "size", "truncated",
                      "goal", "system", "config", "x"]),
-    json_values, max_size=12,
+    json_values | st.integers(min_value=2**1024) | st.integers(max_value=-(2**1024)),  # past a float's range
+    max_size=12,
 )  # fmt: skip
 
 
@@ -159,6 +160,16 @@ def test_the_hosts_result_parser_takes_any_frame(frame: dict[str, object]) -> No
     f = FileContent.from_frame(frame)
     assert f.content is None or isinstance(f.content, str)
     ModelState.from_frame(frame)
+
+
+def test_a_number_past_a_floats_range_is_no_crash() -> None:
+    """JSON's integers have no bound: a duration or a size of 400 digits raised OverflowError."""
+    from sandshell.sandbox.protocol import FileContent, Result
+
+    for huge in (10**400, -(10**400)):
+        r = Result.from_frame("cmd", {"exit_code": 0, "duration": huge, "output_bytes": huge})
+        assert (r.duration, r.output_bytes) == (0.0, huge if huge > 0 else 0)
+        assert FileContent.from_frame({"type": "file", "path": "/x", "content": "", "size": huge}).size in (huge, 0)
 
 
 JSONISH = st.text(alphabet=st.sampled_from(list('{}[]",:0123456789.eE+- \t\r\x00\\unltrfasé\ud800')), max_size=60)

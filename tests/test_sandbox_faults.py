@@ -367,3 +367,19 @@ def test_a_plain_socket_send_that_nobody_takes_is_a_lost_link(monkeypatch: pytes
     agent.close()
     sender.join(5)
     assert before_close and isinstance(ended[0], ConnectionLost) and "send failed" in str(ended[0]), ended
+
+
+def test_an_output_frame_with_a_sequence_number_of_any_type_is_no_crash(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A frame's `seq` is read as it is: int() of a string or a list raised out of `stream`."""
+    conn, agent = _linked(monkeypatch)
+    sb = Sandbox(workspace=tmp_path)
+    sb.conn = conn
+    for seq in ("x", [1], None, 2.5):
+        out = {"type": "output", "id": "c1", "seq": seq, "stream": "stdout", "bytes": 2}
+        exit_ = {"type": "exit", "id": "c1", "exit_code": 0, "cwd": "/app"}
+        agent.sendall(json.dumps(out).encode() + b"\nhi" + json.dumps(exit_).encode() + b"\n")
+        events = list(sb._follow("true", "c1", 1.0))
+        assert [type(e) for e in events] == [Output, Result]
+        assert isinstance(events[0], Output) and events[0].data == "hi" and events[0].seq == 0

@@ -133,10 +133,16 @@ def _text(frame: dict[str, Any], key: str) -> str | None:
 
 
 def _number(frame: dict[str, Any], key: str, kind: type[int] | type[float]) -> Any:
+    """A size or a duration: a finite number from 0 up, as `kind`; else 0. (JSON's integers have
+    no bound: one past a float's range raised OverflowError in `math.isfinite`.)"""
     value = frame.get(key)
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return kind(value)
-    return kind(0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return kind(0)
+    try:
+        number = kind(value)
+    except OverflowError:  # (past a float's range)
+        return kind(0)
+    return number if not isinstance(number, float) or math.isfinite(number) else kind(0)
 
 
 @dataclass(frozen=True)
