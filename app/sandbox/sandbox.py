@@ -189,8 +189,7 @@ class Sandbox:
             if frame.get("id") != cid:
                 continue
             if kind == "output":
-                seq = frame.get("seq")
-                last_seq = seq if type(seq) is int else last_seq  # (a frame's any value: int() of "x" raised)
+                last_seq = seq if type(seq := frame.get("seq")) is int else last_seq  # (int() of any value raised)
                 if last_seq % ACK_EVERY == 0:  # the agent sends only so far beyond what we acknowledged
                     self._tell({"type": "ack", "id": cid, "seq": last_seq})
                 yield Output(cid, last_seq, frame.get("stream", "stdout"), str(frame.get("data", "")))
