@@ -369,17 +369,28 @@ def test_a_plain_socket_send_that_nobody_takes_is_a_lost_link(monkeypatch: pytes
     assert before_close and isinstance(ended[0], ConnectionLost) and "send failed" in str(ended[0]), ended
 
 
-def test_an_output_frame_with_a_sequence_number_of_any_type_is_no_crash(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """A frame's `seq` is read as it is: int() of a string or a list raised out of `stream`."""
+def test_an_output_frame_with_fields_of_any_type_is_no_crash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A frame's `seq` is read as it is (int() of a string or a list raised out of `stream`), and its
+    stream is stdout unless it says stderr (the UI keeps a partial line by stream name: KeyError)."""
     conn, agent = _linked(monkeypatch)
     sb = Sandbox(workspace=tmp_path)
     sb.conn = conn
-    for seq in ("x", [1], None, 2.5):
-        out = {"type": "output", "id": "c1", "seq": seq, "stream": "stdout", "bytes": 2}
+    for seq, stream in (("x", "stdout"), ([1], "tty"), (None, 3), (2.5, None)):
+        out = {"type": "output", "id": "c1", "seq": seq, "stream": stream, "bytes": 2}
         exit_ = {"type": "exit", "id": "c1", "exit_code": 0, "cwd": "/app"}
         agent.sendall(json.dumps(out).encode() + b"\nhi" + json.dumps(exit_).encode() + b"\n")
         events = list(sb._follow("true", "c1", 1.0))
         assert [type(e) for e in events] == [Output, Result]
-        assert isinstance(events[0], Output) and events[0].data == "hi" and events[0].seq == 0
+        assert isinstance(events[0], Output)
+        assert (events[0].data, events[0].seq, events[0].stream) == ("hi", 0, "stdout")
+
+
+def test_a_written_reply_with_a_size_of_any_type_is_no_crash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`write_file` returns the size the agent says, when it is one: int() of "x", a list or an
+    infinity raised out of it."""
+    conn, agent = _linked(monkeypatch)
+    sb = Sandbox(workspace=tmp_path)
+    sb.conn, sb.container = conn, object()  # (a container that is there: no restart)
+    for n, size in enumerate(["x", [1], None, float("inf"), -3, 7], start=1):
+        agent.sendall(json.dumps({"type": "written", "id": f"r{n}", "size": size}).encode() + b"\n")
+        assert sb.write_file("/app/f", "hi") == (7 if size == 7 else 0)

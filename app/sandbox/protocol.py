@@ -43,6 +43,11 @@ class Output:
     stream: Stream
     data: str
 
+    @classmethod
+    def from_frame(cls, cid: str, seq: int, frame: dict[str, Any]) -> Output:
+        """An output frame's chunk: stdout unless it says stderr (a partial line is kept by stream)."""
+        return cls(cid, seq, "stderr" if frame.get("stream") == "stderr" else "stdout", str(frame.get("data", "")))
+
 
 @dataclass(frozen=True)
 class Result:

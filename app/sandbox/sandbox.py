@@ -192,7 +192,7 @@ class Sandbox:
                 last_seq = seq if type(seq := frame.get("seq")) is int else last_seq  # (int() of any value raised)
                 if last_seq % ACK_EVERY == 0:  # the agent sends only so far beyond what we acknowledged
                     self._tell({"type": "ack", "id": cid, "seq": last_seq})
-                yield Output(cid, last_seq, frame.get("stream", "stdout"), str(frame.get("data", "")))
+                yield Output.from_frame(cid, last_seq, frame)
             elif kind == "gap":
                 yield Output(cid, last_seq, "stderr", "\n[sandshell: output lost while reconnecting]\n")
             elif kind == "exit":
@@ -285,7 +285,7 @@ class Sandbox:
         reply = self._request({"type": "write", "path": path, "content": content, "append": append})
         if reply.get("error"):
             raise SandboxError(f"cannot write {path}: {reply['error']}")
-        return int(reply.get("size") or 0)
+        return size if type(size := reply.get("size")) is int and size >= 0 else 0  # (int() of any value raised)
 
     def state(self) -> ModelState:
         """The model's goal, /app/system.md and /app/config.json, in one round trip."""
