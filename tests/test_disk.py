@@ -23,6 +23,11 @@ MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus nois
 # (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB when measured every
 # 50 ms whatever the pace (bench/slow_look_bench.py --fast, 20 runs each).
 PACED = 20_000_000
+# ... but a writer that starts at full speed meets its first measure up to a turn of the clock (50 ms)
+# in, before any pace is known: on 2026-11-27 a copy of the agent logging every measure saw 70-99 MB
+# written between two measures 50 ms apart (the 50 MB limit crossed within one turn), and
+# bench/slow_look_bench.py --fast went up to 43 and 50 MB past (20 runs each; this test: 29 once).
+TURN = 60_000_000
 QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
 
 
@@ -483,6 +488,41 @@ def test_a_look_made_slow_does_not_hold_up_the_measures(box: tuple[Sandbox, Path
     assert sb.execute(f"{up}; cat /tmp/stall.log", timeout=90).output == "up\n"
     try:
         writer = "for i in $(seq 1 100); do head -c 10000000 /dev/zero > /app/w$i; done"
-        stopped_quickly(sb, ws, f"{writer}; echo after", "SANDSHELL_WORKSPACE_LIMIT", margin=PACED)
+        stopped_quickly(sb, ws, f"{writer}; echo after", "SANDSHELL_WORKSPACE_LIMIT", margin=TURN)
     finally:
         sb.execute("pkill -f stall.py; rm -rf /app/w* /tmp/stall.*", timeout=60)
+
+
+HELD = """import os, time
+fds = [os.open(f"/app/gone{i}", os.O_WRONLY | os.O_CREAT, 0o600) for i in range(4)]
+for i in range(4):
+    os.unlink(f"/app/gone{i}")
+for _ in range(400):
+    for fd in fds:
+        os.write(fd, bytes(250_000))
+    time.sleep(0.25)
+"""
+
+
+def test_files_deleted_while_held_are_found_with_the_cpu_taken(box: tuple[Sandbox, Path]) -> None:
+    """The look through /proc, starved of CPU: 40 busy loops share the container's CPU with a writer
+    into files deleted while held open (seen only by the look), at most 4 MB a second. Here it stops
+    0-2 MB past the limit (six runs); with the look made every 30 s while a command runs, 25 MB past.
+    An attacker's review saw 34 MB past with a look that gave way to the measures (taken out: under
+    load the measures covered the clock, and the look waited)."""
+    sb, _ = box
+    sb.write_file("/tmp/held.py", HELD)
+    try:
+        sb.execute("for i in $(seq 40); do (while :; do :; done) & done")
+        start = time.monotonic()
+        r = sb.execute("python3 /tmp/held.py; echo after", timeout=120)
+        took = time.monotonic() - start
+        assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r
+        grew = re.search(r"grew to ([0-9.]+) MiB", r.notice)
+        assert grew, r.notice
+        past = float(grew.group(1)) * 2**20 - LIMIT
+        assert past <= 12_000_000, f"stopped {past / 1e6:.0f} MB past the limit, {took:.0f} s in: {r.notice}"
+        assert took < 60, r
+    finally:
+        sb.execute("pkill -f 'while :'; pkill -f held.py; true", timeout=60)
+    assert sb.execute("echo next").output == "next\n"
