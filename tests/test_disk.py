@@ -9,25 +9,23 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent import inotify
-from sandshell_agent.diskguard import PACE_HALF, Area, DiskGuard
+from sandshell_agent.diskguard import PACE_HALF, Area, DiskGuard, _rest
 from tests.conftest import _base_settings
 
 LIMIT = 50_000_000  # every limit, small so the tests are quick
 MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
 # ... for a steady writer, which the watchdog measures the more often the nearer it gets to a limit
 # (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB when measured every
-# 50 ms whatever the pace (bench/slow_look_bench.py --fast, 20 runs each).
+# 50 ms whatever the pace (bench/slow_look_bench.py --fast, 20 runs each). A writer at 1.4-2 GB/s
+# crossed the limit within the turn before its first measure (up to 50 MB past) until a change the
+# kernel reports woke the measures of a quiet area: 0-7 MB past (20 runs, 2026-11-27).
 PACED = 20_000_000
-# ... but a writer that starts at full speed meets its first measure up to a turn of the clock (50 ms)
-# in, before any pace is known: on 2026-11-27 a copy of the agent logging every measure saw 70-99 MB
-# written between two measures 50 ms apart (the 50 MB limit crossed within one turn), and
-# bench/slow_look_bench.py --fast went up to 43 and 50 MB past (20 runs each; this test: 29 once).
-TURN = 60_000_000
 QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
 
 
@@ -480,6 +478,34 @@ def test_an_area_is_measured_the_sooner_the_faster_it_nears_its_limit() -> None:
     assert a.soon() == 0
 
 
+def test_a_quiet_area_is_measured_at_the_first_change_and_again_at_once(tmp_path: Path) -> None:
+    """A writer starting at full speed (1.4-2 GB/s here) crossed a 50 MB limit within the one turn
+    of the clock (50 ms) before its first measure. While an area was not growing, a change the kernel
+    reports ends the wait for its turn; a measure that finds growth after none is followed by another
+    at once (their growth apart gives the pace); while it grows, its pace sets the turns."""
+    a = Area.__new__(Area)
+    a.limit = a.threshold = LIMIT
+    a.used, a.measured_at, a.pace = 0, float("-inf"), 0.0
+    watches = inotify.Watches(16)
+    a.tree = SimpleNamespace(watches=watches)  # type: ignore[assignment]
+    assert watches.add(str(tmp_path))
+    a.measured(0, time.monotonic())
+    assert _rest(a, 0.0) is False  # nothing changed: a whole turn, and the turn's measure
+    (tmp_path / "f").write_bytes(b"x" * 4096)
+    assert _rest(a, 0.0) is True  # a change reported: measure now
+    watches.changed()  # (what the measure does with the reports)
+    a.measured(4096, time.monotonic())  # growth after none: a burst began
+    assert _rest(a, 0.0) is True  # a second measure at once
+    a.measured(8192, time.monotonic())  # still growing: the pace sets the turns, changes or not
+    (tmp_path / "g").write_bytes(b"y")
+    assert _rest(a, 0.0) is False
+    a.measured(8193, time.monotonic())
+    a.measured(8193, time.monotonic())  # quiet again
+    (tmp_path / "h").write_bytes(b"z")
+    assert _rest(a, 0.0) is True
+    watches.close()
+
+
 def test_a_look_made_slow_does_not_hold_up_the_measures(box: tuple[Sandbox, Path]) -> None:
     sb, ws = box
     sb.write_file("/tmp/stall.py", STALL)
@@ -488,7 +514,7 @@ def test_a_look_made_slow_does_not_hold_up_the_measures(box: tuple[Sandbox, Path
     assert sb.execute(f"{up}; cat /tmp/stall.log", timeout=90).output == "up\n"
     try:
         writer = "for i in $(seq 1 100); do head -c 10000000 /dev/zero > /app/w$i; done"
-        stopped_quickly(sb, ws, f"{writer}; echo after", "SANDSHELL_WORKSPACE_LIMIT", margin=TURN)
+        stopped_quickly(sb, ws, f"{writer}; echo after", "SANDSHELL_WORKSPACE_LIMIT", margin=PACED)
     finally:
         sb.execute("pkill -f stall.py; rm -rf /app/w* /tmp/stall.*", timeout=60)
 
