@@ -532,8 +532,9 @@ for _ in range(400):
 
 def test_files_deleted_while_held_are_found_with_the_cpu_taken(box: tuple[Sandbox, Path]) -> None:
     """The look through /proc, starved of CPU: 40 busy loops share the container's CPU with a writer
-    into files deleted while held open (seen only by the look), at most 4 MB a second. Here it stops
-    0-2 MB past the limit (six runs); with the look made every 30 s while a command runs, 25 MB past.
+    into files deleted while held open (seen only by the look), at most 4 MB a second. Here it stopped
+    0-2 MB past the limit (four runs of a script); with the look made every 30 s while a command
+    runs, 25 MB past.
     An attacker's review saw 34 MB past with a look that gave way to the measures (taken out: under
     load the measures covered the clock, and the look waited)."""
     sb, _ = box

@@ -169,7 +169,8 @@ def test_a_number_past_a_floats_range_is_no_crash() -> None:
     for huge in (10**400, -(10**400)):
         r = Result.from_frame("cmd", {"exit_code": 0, "duration": huge, "output_bytes": huge})
         assert (r.duration, r.output_bytes) == (0.0, huge if huge > 0 else 0)
-        assert FileContent.from_frame({"type": "file", "path": "/x", "content": "", "size": huge}).size in (huge, 0)
+        f = FileContent.from_frame({"type": "file", "path": "/x", "content": "", "size": huge})
+        assert f.size == (huge if huge > 0 else 0)
 
 
 JSONISH = st.text(alphabet=st.sampled_from(list('{}[]",:0123456789.eE+- \t\r\x00\\unltrfasé\ud800')), max_size=60)

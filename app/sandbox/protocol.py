@@ -92,8 +92,8 @@ class Result:
             syntax_error=f.get("syntax_error") is True,
             signal=_text(f, "signal"),
             spill_path=_text(f, "spill_path"),
-            output_bytes=_number(f, "output_bytes", int),
-            duration=_number(f, "duration", float),
+            output_bytes=number(f, "output_bytes", int),
+            duration=number(f, "duration", float),
             user=_text(f, "user") or "root",
             host=_text(f, "host") or "sandbox",
             cwd=_text(f, "cwd") or "/",
@@ -137,7 +137,7 @@ def _text(frame: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _number(frame: dict[str, Any], key: str, kind: type[int] | type[float]) -> Any:
+def number(frame: dict[str, Any], key: str, kind: type[int] | type[float]) -> Any:
     """A size or a duration: a finite number from 0 up, as `kind`; else 0. (JSON's integers have
     no bound: one past a float's range raised OverflowError in `math.isfinite`.)"""
     value = frame.get(key)
@@ -166,7 +166,7 @@ class FileContent:
             path=_text(frame, "path") or "",
             content=frame.get("content") if isinstance(frame.get("content"), str) else None,
             error=_text(frame, "error"),
-            size=_number(frame, "size", int),
+            size=number(frame, "size", int),
             truncated=frame.get("truncated") is True,
         )
 

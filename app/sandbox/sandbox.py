@@ -20,7 +20,7 @@ from sandshell.sandbox.connection import AttachConnection, Connection, Connectio
 from sandshell.sandbox.container import ContainerSpec, create_container, last_log_line, remove_container, running
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.image import ensure_image
-from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, refusal
+from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, number, refusal
 
 Event = Output | Result
 ACK_EVERY = 8  # output frames; the agent's window is 32
@@ -285,7 +285,7 @@ class Sandbox:
         reply = self._request({"type": "write", "path": path, "content": content, "append": append})
         if reply.get("error"):
             raise SandboxError(f"cannot write {path}: {reply['error']}")
-        return size if type(size := reply.get("size")) is int and size >= 0 else 0  # (int() of any value raised)
+        return int(number(reply, "size", int))  # (what the agent says, checked: int() of any value raised)
 
     def state(self) -> ModelState:
         """The model's goal, /app/system.md and /app/config.json, in one round trip."""

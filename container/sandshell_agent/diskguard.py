@@ -118,13 +118,16 @@ def _rest(a: Area, quick: float) -> bool:
     last measure found it not growing, a change the kernel reports in a watched folder ends the wait;
     a measure that finds growth after none is followed by another as soon as the pacing allows, and
     the growth between the two gives the pace. A writer at 1.4-2 GB/s went 20-50 MB past a 50 MB
-    limit in the one turn before its first measure; now 0-4 MB (docs/benchmarks.md)."""
+    limit in the one turn before its first measure; now 0-7 MB (docs/benchmarks.md)."""
     wait = min(BUSY_EVERY, _paced(a, quick))
     first = min(wait, max(SOONEST, quick * 10))
     fd = a.tree.watches.fd
-    if a.started or a.grew or not a.limit or fd < 0:
-        time.sleep(first if a.started else wait)
-        return a.started
+    if a.started:  # growth after none: a second measure as soon as the pacing allows, for the pace
+        time.sleep(first)
+        return True
+    if a.grew or not a.limit or fd < 0:
+        time.sleep(wait)
+        return False
     time.sleep(first)
     try:
         return bool(select.select([fd], [], [], wait - first)[0])
