@@ -31,8 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sidecar import sidecar
+
 from sandshell import config
-from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL
 from sandshell.sandbox.sandbox import Sandbox
 
 HERE = Path(__file__).resolve().parent
@@ -44,12 +45,6 @@ def relay_binary(folder: Path) -> Path:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
     subprocess.run([compiler, "-O2", "-static", "-o", str(out), str(HERE / "relay.c")], check=True)
     return out
-
-
-def container(client: Any, tag: str, cmd: list[str]) -> Any:
-    labels = {LABEL: "bench-hop", PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}
-    return client.containers.create(tag, cmd, stdin_open=True, network_mode="none", labels=labels,
-                                    log_config={"type": "none"})  # fmt: skip
 
 
 def put(box: Any, path: Path) -> None:
@@ -88,7 +83,7 @@ def main() -> None:
         client = sb._docker
         tag = sb.container.attrs["Config"]["Image"]
         try:
-            cat, relay = container(client, tag, ["cat"]), container(client, tag, ["/relay"])
+            cat, relay = sidecar(client, tag, ["cat"], "hop"), sidecar(client, tag, ["/relay"], "hop")
             boxes += [cat, relay]
             put(relay, relay_binary(Path(tmp)))
             cat.start()

@@ -24,6 +24,7 @@ from pathlib import Path
 import docker
 import psutil
 from sandbox_processes import agent_of, bash_of, cpu
+from sidecar import sidecar
 
 from sandshell import config
 from sandshell.sandbox.sandbox import Sandbox
@@ -45,7 +46,7 @@ def echo_times(write: object, read: object, lines: int) -> float:
 
 def floors(tag: str, lines: int) -> tuple[float, float]:
     client = docker.from_env()
-    box = client.containers.create(tag, ["cat"], stdin_open=True, network_mode="none", log_config={"type": "none"})
+    box = sidecar(client, tag, ["cat"], "roundtrip")
     try:
         box.start()
         attached = client.api.attach_socket(box.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
