@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sandshell.errors import SandboxError
 from sandshell.sandbox.sandbox import Sandbox
 
 from .conftest import _base_settings
@@ -284,3 +285,32 @@ def test_a_cwd_that_is_not_utf8_survives_a_killed_shell(box: Sandbox) -> None:
     r = box.execute("pwd | od -An -c | tr -d ' \\n'")
     assert r.output == "/tmp/377\\n", r
     assert box.container.id == container, "the agent died and a fresh sandbox took its place"
+
+
+def test_the_agents_own_process_files_are_closed_to_the_models_file_actions(box: Sandbox) -> None:
+    """The agent does the model's file actions itself, and its own /proc entries are open to it
+    where the agent's non-dumpable mark closes them to the model's processes. Through a write, a
+    timer slack of 100 s held up every timeout after it (3 s took 19), and `comm` renamed the agent;
+    through a read, its memory map and registers came out (an attacker's review)."""
+    own = "agent's own process files"
+    tids = [t for t in box.execute("ls /proc/1/task").output.split() if t != "1"]
+    assert tids, "the agent has threads of its own (the disk watchdog's)"
+    paths = ["/proc/1/maps", "/proc/self/syscall", "/proc/1/task/1/comm", "/proc/thread-self/io",
+             f"/proc/{tids[0]}/maps", "/app/maps-link"]  # fmt: skip
+    box.execute("ln -sf /proc/1/maps /app/maps-link")
+    for path in paths:
+        got = box.read_file(path)
+        assert got.content is None and own in (got.error or ""), (path, got)
+    for path, content in (("/proc/1/timerslack_ns", "100000000000"), ("/proc/self/comm", "bash"),
+                          (f"/proc/{tids[0]}/timerslack_ns", "100000000000")):  # fmt: skip
+        with pytest.raises(SandboxError, match=own):
+            box.write_file(path, content)
+    assert box.execute("cat /proc/1/comm 2>/dev/null || ps -o comm= -p 1").output.strip() != "bash"
+    assert "MemTotal" in (box.read_file("/proc/meminfo").content or "")  # the rest of /proc as before
+    box.execute("exec 9<>/tmp/gone; echo secret >&9; rm /tmp/gone")
+    pid = box.execute("echo $$").output.strip()
+    gone = box.read_file(f"/proc/{pid}/fd/9")
+    assert gone.content is None and "no longer in the filesystem" in (gone.error or ""), gone
+    start = time.monotonic()
+    r = box.execute("sleep 60", timeout=2)
+    assert r.timed_out and time.monotonic() - start < 6, (r, time.monotonic() - start)

@@ -38,6 +38,9 @@ def read_text(path: str, limit: int) -> dict[str, Any]:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 out["error"] = "not a regular file"
                 return out
+            if (why := agents_own(fd)) is not None:
+                out["error"] = why
+                return out
             data = f.read(limit + 1)
     except OSError as e:
         out["error"] = f"cannot read: {e.strerror}"
@@ -106,6 +109,8 @@ def write_text(path: str, content: str, append: bool, owner: tuple[int, int] | N
         with open(fd, "ab" if append else "wb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return {"path": path, "size": 0, "error": "not a regular file"}
+            if (why := agents_own(fd)) is not None:
+                return {"path": path, "size": 0, "error": why}
             if not append:
                 os.ftruncate(fd, 0)
             f.write(data)
@@ -114,6 +119,24 @@ def write_text(path: str, content: str, append: bool, owner: tuple[int, int] | N
         return {"path": path, "size": os.path.getsize(path), "error": None}
     except OSError as e:
         return {"path": path, "size": 0, "error": f"{e.strerror or e}"}
+
+
+def agents_own(fd: int) -> str | None:
+    """Why the file open at `fd` is not for the model's file actions, or None. The agent does them
+    itself, and the entries of its own process under /proc (its timer slack, name, memory map) are
+    open to it where they are closed to the model's processes (the agent is not dumpable): a timer
+    slack of 100 s set through a write held up every timeout after it (an attacker's review). A file
+    reached only through the agent's own descriptors (deleted, or in memory) is not the model's either."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "cannot tell where the file is"
+    parts = where.split("/", 3)  # /proc/PID/...: a pid or thread id of the agent's, however it was named
+    if len(parts) > 2 and parts[1] == "proc" and parts[2] in {str(os.getpid()), *os.listdir("/proc/self/task")}:
+        return "the sandshell agent's own process files are not open to file actions"
+    if os.fstat(fd).st_nlink == 0:  # (deleted since, or made in memory: nothing the model can name)
+        return "the file is no longer in the filesystem"
+    return None
 
 
 def model_state(limit: int) -> dict[str, Any]:
