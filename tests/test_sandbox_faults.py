@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -394,3 +395,50 @@ def test_a_written_reply_with_a_size_of_any_type_is_no_crash(monkeypatch: pytest
     for n, size in enumerate(["x", [1], None, float("inf"), -3, 7], start=1):
         agent.sendall(json.dumps({"type": "written", "id": f"r{n}", "size": size}).encode() + b"\n")
         assert sb.write_file("/app/f", "hi") == (7 if size == 7 else 0)
+
+
+def _unreachable_agent(monkeypatch: pytest.MonkeyPatch, sb: Sandbox) -> list[float]:
+    """Every reconnect (up to 50) "succeeds" (as when the agent answers a hello) without changing the link;
+    returns when each was asked for. Nothing is removed when the sandbox counts as lost."""
+    asked: list[float] = []
+    monkeypatch.setattr(sb, "_reconnect", lambda resume: asked.append(time.monotonic()) or len(asked) < 50)
+    monkeypatch.setattr(sb, "_lost", lambda: None)
+    return asked
+
+
+def test_an_agent_that_reattaches_but_stays_silent_is_given_up_after_one_reconnect(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Settings
+) -> None:
+    """An agent whose timer slack a write action had set to 100 s answered every re-attach and never
+    the command: the host re-attached ~290 times in a second (its deadline had passed, so each wait
+    ended at once), then removed a live container (an attacker's review)."""
+    from sandshell.sandbox import sandbox as module
+
+    monkeypatch.setattr(module, "SILENCE", 0.3)
+    conn, agent = _linked(monkeypatch)
+    sb = Sandbox(workspace=tmp_path, settings=settings.replace(kill_grace=0.1))
+    sb.conn = conn
+    asked = _unreachable_agent(monkeypatch, sb)
+    start = time.monotonic()
+    (result,) = list(sb._follow("sleep 60", "c1", 0.2))
+    took = time.monotonic() - start
+    assert len(asked) == 1 and asked[0] - start > 0.5, asked  # once, after the silence
+    assert result.lost and result.error is not None and "stopped answering" in result.error, result
+    assert 0.5 + 5.1 < took < 8, took  # the resumed agent had kill_grace + 5 s to speak
+    agent.close()
+
+
+def test_a_link_that_drops_at_every_reconnect_is_retried_a_few_times_backed_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Settings
+) -> None:
+    conn, agent = _linked(monkeypatch)
+    agent.close()  # every read: the agent closed the connection
+    sb = Sandbox(workspace=tmp_path, settings=settings)
+    sb.conn = conn
+    asked = _unreachable_agent(monkeypatch, sb)
+    (result,) = list(sb._follow("true", "c1", 5.0))
+    from sandshell.sandbox.sandbox import RETRIES
+
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert len(asked) == RETRIES and all(g > 0.15 for g in gaps), gaps
+    assert result.lost and "died mid-command" in str(result.error), result

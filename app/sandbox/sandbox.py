@@ -24,6 +24,7 @@ from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCo
 
 Event = Output | Result
 ACK_EVERY = 8  # output frames; the agent's window is 32
+RETRIES, SILENCE = 5, 15.0  # reconnects in one command; seconds past its timeout and grace until an agent is silent
 
 
 class Sandbox:
@@ -168,22 +169,21 @@ class Sandbox:
 
     def _follow(self, command: str, cid: str, seconds: float) -> Iterator[Event]:
         assert self.conn is not None
-        last_seq = 0
+        last_seq, retries = 0, 0
         # The agent enforces the timeout; this only catches an agent that stopped answering.
-        deadline = time.monotonic() + seconds + self.settings.kill_grace + 15.0
+        deadline = time.monotonic() + seconds + self.settings.kill_grace + SILENCE
         while True:
             try:
                 frame = self.conn.recv(deadline)
             except (ConnectionLost, ProtocolError, TimeoutError) as e:
-                if self._reconnect({"id": cid, "seq": last_seq}):
+                late, retries = isinstance(e, TimeoutError), retries + 1  # bounded, backed off; once after a silence
+                time.sleep(0 if retries == 1 else min(0.05 * 2**retries, 1.0))
+                if retries <= RETRIES and not (late and retries > 1) and self._reconnect({"id": cid, "seq": last_seq}):
+                    deadline = max(deadline, time.monotonic() + self.settings.kill_grace + 5.0)
                     continue
                 self._lost()
-                yield Result(
-                    command,
-                    None,
-                    error=f"the sandbox died mid-command ({e}); the next command starts a fresh one",
-                    lost=True,
-                )
+                why = "the agent stopped answering" if late else f"the sandbox died mid-command ({e})"
+                yield Result(command, None, error=f"{why}; the next command starts a fresh one", lost=True)
                 return
             kind = frame.get("type")
             if frame.get("id") != cid:
