@@ -314,3 +314,46 @@ def test_the_agents_own_process_files_are_closed_to_the_models_file_actions(box:
     start = time.monotonic()
     r = box.execute("sleep 60", timeout=2)
     assert r.timed_out and time.monotonic() - start < 6, (r, time.monotonic() - start)
+
+
+BURST = r"""
+import os, signal, sys, time
+shell, (r, w) = int(sys.argv[1]), os.pipe()
+for _ in range(150):  # under the pid watchdog's mark (3/4 of 256), waiting on the pipe
+    if os.fork() == 0:
+        os.close(w)
+        os.read(r, 1)
+        for _ in range(4):  # all at once: the limit is full before any watchdog looks
+            try:
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+            except OSError:
+                pass
+        time.sleep(30)
+        os._exit(0)
+os.close(r)
+while not os.path.exists("/tmp/go"):
+    time.sleep(0.001)
+os.close(w)
+time.sleep(0.005)
+os.kill(shell, signal.SIGKILL)  # the agent must start a new shell now, with no process to be had
+time.sleep(30)
+"""
+
+
+def test_a_process_table_filled_as_the_shell_dies_does_not_end_the_agent(box: Sandbox) -> None:
+    """The agent's fork of a new shell failed (EAGAIN) and the error ended it, and with it the
+    sandbox, in two runs of three (an attacker's review). Now it makes room and says so."""
+    box.write_file("/tmp/burst.py", BURST)
+    container, said = box.container.id, []
+    for _ in range(3):
+        box.execute("rm -f /tmp/go; python3 /tmp/burst.py $$ >/dev/null 2>&1 & sleep 1")
+        box.execute("(sleep 0.5; touch /tmp/go) >/dev/null 2>&1 &")
+        time.sleep(3)
+        r = box.execute("echo ok")
+        assert r.output == "ok\n" and not r.lost and box.container.id == container, r
+        said.append(r.notice or "")
+        box.execute("pkill -9 -f burst.py; sleep 0.5")
+    assert all("in the background" in n and "new one started" in n for n in said), said
+    assert any("process limit was full" in n or "fork bomb" in n or "process" in n for n in said), said

@@ -3,9 +3,12 @@ made to wrap at once: in the container an attacker's review took 176 s of forks 
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
+
+import pytest
 
 REUSE = """
 import os, subprocess, time
@@ -69,3 +72,29 @@ def test_a_job_left_by_an_earlier_command_on_a_reused_pid_is_not_the_next_ones()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "spared\n", done
+
+
+def test_a_shell_that_no_fork_can_start_gets_room_made_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container's process limit full as a new shell must start: tried again a moment later,
+    then after every process but the agent's own is killed (it raised out of the agent: its end).
+    A folder that cannot be entered is passed over for the next, as before."""
+    from sandshell_agent import spawn
+
+    tries: list[str] = []
+    killed: list[set[int]] = []
+
+    def popen(args: list[str], **kw: object) -> str:
+        tries.append(str(kw["cwd"]))
+        if kw["cwd"] == "/gone":
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone")
+        if not killed:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return "bash"
+
+    monkeypatch.setattr(spawn.subprocess, "Popen", popen)
+    monkeypatch.setattr(spawn.procs, "kill_all", lambda before, shell, keep: killed.append(keep) or 57)
+    assert spawn.bash(("/app", "/app", "/"), "/root", 0, 1, 2, ()) == ("bash", "/app", 57)
+    assert tries == ["/app"] * 3 and killed == [{os.getpid(), os.getppid(), 1}]
+    tries.clear()
+    assert spawn.bash(("/gone", "/app", "/"), "/root", 0, 1, 2, ()) == ("bash", "/app", 0)
+    assert tries == ["/gone", "/app"]

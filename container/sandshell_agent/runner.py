@@ -55,19 +55,15 @@ class Runner:
         self.notice: str | None = None  # news about the running command (a watchdog's)
         self.background: list[str] = []  # news from between commands, told with the next result
         self.start_shell(restore=False)
+        self.background += self.shell.news  # (the first shell's: told with the first result)
 
     # -- the shell's pipes -------------------------------------------------------------------
     def start_shell(self, restore: bool) -> None:
         self.closed_fds.clear()
         self.replaced = False
         self.shell.start(restore=restore)
-        if self.shell.fell_back:
-            news = f"a new shell ended while it read the saved state back; one started in {self.shell.cwd} without it"
-            self.notice = "; ".join(n for n in (self.notice, news + " (exports and functions are lost)") if n)
-        if self.shell.unreachable:  # told with the command at hand, or the next one
-            news = f"the new shell could not enter {self.shell.unreachable} (gone, or not permitted)"
-            news += f" and started in {self.shell.cwd}"
-            self.notice = "; ".join(n for n in (self.notice, news) if n)
+        if self.shell.news and self.cmd is not None:  # told with the command at hand; between commands: `_later`
+            self.notice = "; ".join(n for n in (self.notice, *self.shell.news) if n)
         self.sel.register(self.shell.status_r, selectors.EVENT_READ, "status")
         if self.shell.exit_fd >= 0:
             self.sel.register(self.shell.exit_fd, selectors.EVENT_READ, "exit")
@@ -217,7 +213,7 @@ class Runner:
     def _later(self, news: str) -> None:
         """News of a shell replaced between commands, for the next result."""
         saved = "" if self.shell.fell_back else " with the state saved before"
-        self.background.append(f"{news}; a new one started{saved}")
+        self.background.append("; ".join([f"{news}; a new one started{saved}", *self.shell.news]))
         del self.background[:-4]
 
     def _kill_stopped_tree(self) -> None:

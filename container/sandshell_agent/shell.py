@@ -9,9 +9,9 @@ import signal
 import socket
 import subprocess
 
-from . import AGENT_HOME, files, procs
+from . import AGENT_HOME, files, procs, spawn
 from .cpus import Home
-from .shellenv import EDITOR_STUBS, base_env
+from .shellenv import EDITOR_STUBS
 from .status import Status, StatusChannel, tag
 from .wrapper import (
     ERROR_FD,
@@ -82,6 +82,7 @@ class Shell:
         self.ready_r = -1  # bash writes one byte here as the last line of its setup (`finished_setup`)
         self.setup_done = False
         self.fell_back = False  # this shell started fresh: the saved state ended the one before
+        self.news: list[str] = []  # what the last start has to tell (a notice with the command at hand)
         self.killed_unready = False  # the agent killed it before its setup was through
         self.tries = 0  # shells in a row killed in their setup and started again with the state
 
@@ -115,8 +116,17 @@ class Shell:
         if restore:
             self.cwd = saved_cwd(self.state_dir) or self.cwd
         wanted = self.cwd
-        self.proc, self.cwd = self._spawn(control_r, out_w, err_w, (status_w, ready_w))
+        places = (self.cwd, self.first_cwd, "/")
+        self.proc, self.cwd, killed = spawn.bash(places, self.home, control_r, out_w, err_w, (status_w, ready_w))
         self.unreachable = wanted if self.cwd != wanted else None
+        self.news = [news for news, told in (
+            (f"a new shell ended while it read the saved state back; one started in {self.cwd} without it"
+             " (exports and functions are lost)", self.fell_back),
+            (f"the new shell could not enter {wanted} (gone, or not permitted) and started in {self.cwd}",
+             self.unreachable),
+            (f"the container's process limit was full as a new shell had to start: {killed} processes"
+             " left by earlier commands were killed to make room", killed),
+        ) if told]  # fmt: skip
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         try:  # its status channel closes a moment before it is gone: this says when it is
             self.exit_fd = os.pidfd_open(self.proc.pid)
@@ -154,35 +164,6 @@ class Shell:
         self._send("\n".join(prelude) + "\n")
         if key is not None:  # the loop's first read, before any of the model's code is back: in no variable
             self._send(key.hex())
-
-    def _spawn(
-        self, stdin: int, stdout: int, stderr: int, keep: tuple[int, ...]
-    ) -> tuple[subprocess.Popen[bytes], str]:
-        """Start bash in the cwd wanted, or where it can start: a folder the model made one it cannot
-        enter (`chmod 000 .` where root has no CAP_DAC_OVERRIDE) must not take the agent down."""
-        tried: list[str] = []
-        for where in (self.cwd, self.first_cwd, "/"):
-            if where in tried:
-                continue
-            tried.append(where)
-            try:
-                proc = subprocess.Popen(
-                    ["/bin/bash", "--noprofile", "--norc"],
-                    stdin=stdin,
-                    stdout=stdout,
-                    stderr=stderr,
-                    env=base_env(self.home),
-                    cwd=where,
-                    start_new_session=True,  # a signal to the agent's group never reaches it
-                    pass_fds=keep,
-                    close_fds=True,
-                )
-            except OSError:
-                if where == "/":
-                    raise
-                continue
-            return proc, where
-        raise AssertionError("unreachable: / was tried last")
 
     def terminate(self) -> None:
         """Ask bash to end the running command line: it saves its state and exits (see the USR2 trap)."""
