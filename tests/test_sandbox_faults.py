@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import os
+import shlex
 import signal
 import socket
 import threading
@@ -442,3 +443,25 @@ def test_a_link_that_drops_at_every_reconnect_is_retried_a_few_times_backed_off(
     gaps = [b - a for a, b in itertools.pairwise(asked)]
     assert len(asked) == RETRIES and all(g > 0.15 for g in gaps), gaps
     assert result.lost and "died mid-command" in str(result.error), result
+
+
+ALLOC = "import sys, time; b = bytearray(int(sys.argv[1]) << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(60)"
+WORKERS = 'for i in $(seq 1 40); do python3 -c "$ALLOC" 8 & done; sleep 8; echo survived'
+
+
+def test_workers_smaller_than_the_agent_that_fill_the_memory_limit_are_the_ones_to_go(
+    workspace: Path, settings: Settings
+) -> None:
+    """The kernel's OOM killer takes the container's process of the highest score, the agent not
+    exempt: forty workers of 8 MB each, all smaller than the agent, took the agent and the sandbox
+    down within 1.5 s (an attacker's review). The model's processes now go first; a model that
+    brings its own back to the agent's level is told the sandbox ran out of memory."""
+    with Sandbox(workspace=workspace, settings=settings.replace(memory="256m", exit_timeout=30)) as sb:
+        first = sb.container.id
+        assert sb.execute("cat /proc/self/oom_score_adj").output.strip() == "500"
+        assert sb.execute("cat /proc/1/oom_score_adj 2>/dev/null || echo hidden").output.strip() in ("0", "hidden")
+        r = sb.execute(f"ALLOC={shlex.quote(ALLOC)}; {WORKERS}", timeout=30)
+        assert r.output.endswith("survived\n") and "Killed" in r.output and not r.lost, r
+        assert sb.execute("pkill -9 -f bytearray; echo alive").output.endswith("alive\n") and sb.container.id == first
+        r = sb.execute(f"echo 0 > /proc/self/oom_score_adj; ALLOC={shlex.quote(ALLOC)}; {WORKERS}", timeout=30)
+        assert r.lost and "ran out of memory" in (r.error or "") and "SANDSHELL_MEMORY" in (r.error or ""), r

@@ -253,6 +253,21 @@ def running(container: Any) -> bool:
         return True
 
 
+def death(container: Any, fallback: object) -> str:
+    """Why a container stopped, as the engine tells it: out of memory (the kernel's OOM killer ends
+    the agent as readily as any process), else `fallback` (what the link to the agent said)."""
+    try:
+        container.reload()
+        state = container.attrs.get("State") or {}
+    except Exception:  # (no container, or an engine that does not answer: what the link said)
+        return str(fallback)
+    if state.get("OOMKilled") and state.get("Status") != "running":
+        memory = (container.attrs.get("HostConfig") or {}).get("Memory") or 0
+        limit = f" of {memory / 2**20:.0f} MiB" if memory else ""
+        return f"it ran out of memory: the limit{limit} (SANDSHELL_MEMORY) was reached and the kernel ended the agent"
+    return str(fallback)
+
+
 def last_log_line(container: Any) -> str:
     """The last thing a dead container said: usually why it died."""
     try:

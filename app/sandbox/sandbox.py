@@ -17,7 +17,7 @@ from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
 from sandshell.sandbox import engine, transfer
 from sandshell.sandbox.connection import AttachConnection, Connection, ConnectionLost
-from sandshell.sandbox.container import ContainerSpec, create_container, last_log_line, remove_container, running
+from sandshell.sandbox.container import ContainerSpec, create_container, death, last_log_line, remove_container, running
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.image import ensure_image
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, number, refusal
@@ -181,8 +181,9 @@ class Sandbox:
                 if retries <= RETRIES and not (late and retries > 1) and self._reconnect({"id": cid, "seq": last_seq}):
                     deadline = max(deadline, time.monotonic() + self.settings.kill_grace + 5.0)
                     continue
+                died = f"the sandbox died mid-command ({death(self.container, e)})"  # (asked before it is removed)
+                why = "the agent stopped answering" if late else died
                 self._lost()
-                why = "the agent stopped answering" if late else f"the sandbox died mid-command ({e})"
                 yield Result(command, None, error=f"{why}; the next command starts a fresh one", lost=True)
                 return
             kind = frame.get("type")
@@ -221,8 +222,7 @@ class Sandbox:
     def execute(
         self, command: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
     ) -> Result:
-        """Run `command` to the end; the Result's output is bounded (head and tail).
-        `on_output` sees every chunk as it arrives (the session streams them to its sinks)."""
+        """Run `command` to the end (its output bounded: head and tail); `on_output` sees each chunk as it comes."""
         collector = OutputCollector()
         result = None
         for event in self.stream(command, timeout):

@@ -12,6 +12,7 @@ from . import procs
 from .shellenv import base_env
 
 NO_PROCESS = (errno.EAGAIN, errno.ENOMEM)  # what a failed fork says
+SHELL_OOM_SCORE = 500  # of -1000..1000, added to the model's processes' OOM scores (the agent's is 0)
 
 
 def bash(places: tuple[str, ...], home: str, stdin: int, stdout: int, stderr: int,
@@ -49,5 +50,20 @@ def bash(places: tuple[str, ...], home: str, stdin: int, stdout: int, stderr: in
                     killed += procs.kill_all({}, -1, {os.getpid(), os.getppid(), 1})
                 time.sleep(0.05)
                 continue
+            first_to_go(proc.pid)
             return proc, where, killed
     raise AssertionError("unreachable: the last place raises")
+
+
+def first_to_go(pid: int) -> None:
+    """Make bash, and so all it starts (children inherit it), the memory limit's first to go: the
+    kernel's OOM killer takes the process of the highest score in the container, the agent not
+    exempt (it is not the machine's init), and sixty workers smaller than the agent took it down in
+    1.5 s (an attacker's review). A raise needs no privilege; the model may bring its own processes
+    back down to 0, never below the agent's. Written before bash reads its first line: it has no
+    child yet."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write(str(SHELL_OOM_SCORE))
+    except OSError:
+        pass  # (a kernel without it: as before)
