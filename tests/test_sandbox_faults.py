@@ -88,6 +88,12 @@ def test_signals_limits_and_priorities_aimed_at_the_agent_change_nothing(workspa
         assert r.output.endswith("own\n"), r.output  # a command may still do all this to itself
         r = sb.execute("echo 500 > /proc/1/oom_score_adj")  # the kernel allows it: at least it is said
         assert "set the agent's OOM score to 500" in (r.notice or ""), r
+        # Raised between commands, it is the background's news, not the next command's doing (it was).
+        sb.execute("(sleep 0.5; echo 900 > /proc/1/oom_score_adj) >/dev/null 2>&1 &")
+        time.sleep(2)
+        r = sb.execute("echo innocent")
+        told = "before this command, in the background: something in the sandbox set the agent's OOM score to 900"
+        assert told in (r.notice or ""), r
 
 
 @pytest.mark.parametrize("profile", ["standard", "locked"])

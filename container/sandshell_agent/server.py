@@ -221,18 +221,18 @@ class Agent:
         return max(0.0, min(waits))
 
     def _watch(self, now: float, ending: bool = False) -> None:
-        """The process and disk watchdogs; a notice goes with the running command's result, or,
-        between commands, with the next one's, saying it happened in the background."""
+        """The watchdogs' news: the running command's, or, between commands, the background's for the next result."""
         runner = self.runner
         # As a command ends its process count is checked, unless it started no process at all.
         stop = runner.cmd is not None and runner.cmd.phase is None and not ending  # (woken by begin_kill below)
         notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
+        oom = self.oom.check() if ending or runner.cmd is None else None  # (between commands: the background's)
         if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
-            runner.notice = "; ".join(n for n in (runner.notice, self.oom.check()) if n)
+            runner.notice, oom = "; ".join(n for n in (runner.notice, oom) if n), None
         disk = self.disk.take()
         if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
             procs.signal_all([runner.shell.pid], signal.SIGCONT)
-        for news in (notice, disk):
+        for news in (notice, disk, oom):
             if news is None:
                 continue
             if runner.cmd is None:
