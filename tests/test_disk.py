@@ -318,6 +318,12 @@ HIDDEN = {
         "rm -rf /root/new*",
     ),
     "deleted files held by a process whose main thread has ended": ("python3 /tmp/leader.py", "true"),
+    # Measured by path, everything under the first folder past PATH_MAX counted nothing (241 MB).
+    "files under a folder whose path is past PATH_MAX": (
+        "(cd /app && n=$(printf 'd%.0s' $(seq 1 250)) && for i in $(seq 1 17); do mkdir $n && cd $n || exit; done;"
+        " for i in $(seq 1 10); do head -c 20000000 /dev/zero > f$i; sleep 0.2; done)",
+        "rm -rf /app/ddd*",
+    ),
     "a deleted file only a mapping holds (no descriptor left)": (
         "python3 /tmp/mm.py /app/mm gone",
         "rm -rf /app/mm",

@@ -519,3 +519,44 @@ def test_every_file_counts_at_least_a_block(tmp_path: Path) -> None:
     for i in range(1000):
         (tmp_path / str(i)).touch()
     assert fresh(tmp_path) - before >= 1000 * 4096
+
+
+def _deep(root: Path, levels: int = 17) -> int:
+    """Folders of 250-character names `levels` deep under root (past PATH_MAX as a path: made by
+    descriptor), a 1 MB file and a set-uid one at the bottom; returns the bottom's descriptor."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d" * 250, dir_fd=fd)
+        sub = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    for name, mode in (("big", 0o644), ("setuid", 0o4755)):
+        out = os.open(name, os.O_WRONLY | os.O_CREAT, mode, dir_fd=fd)
+        os.write(out, b"x" * 1_000_000 if name == "big" else b"#!/bin/sh\n")
+        os.fchmod(out, mode)
+        os.close(out)
+    return fd
+
+
+def test_files_under_a_path_past_path_max_count_and_lose_set_id_bits(tmp_path: Path) -> None:
+    """The watchdog measured by path: at the first folder whose path passed PATH_MAX, lstat and
+    scandir failed and everything under it counted nothing (241 MB under a 50 MiB workspace limit
+    went unseen: an attacker's review). Such a folder is now walked by descriptor, by every
+    measure, quick ones included (no watch can be put on a path that long)."""
+    (tmp_path / "top").mkdir()
+    tree = Tree(str(tmp_path / "top"), strip_setid=True)
+    empty = tree.measure()
+    fd = _deep(tmp_path / "top")
+    try:
+        first = tree.measure(full=False)
+        assert first >= empty + 1_000_000, (empty, first)
+        assert not os.stat("setuid", dir_fd=fd).st_mode & stat.S_ISUID
+        out = os.open("more", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, b"y" * 2_000_000)
+        os.close(out)
+        assert tree.measure(full=False) >= first + 2_000_000  # a quick measure, no event from so deep
+        assert fresh(tmp_path / "top") == tree.measure(full=True)
+    finally:
+        os.close(fd)
+        shutil.rmtree(tmp_path / "top" / ("d" * 250))
+    assert tree.measure(full=False) == empty and not tree.deep

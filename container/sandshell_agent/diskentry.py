@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from typing import NamedTuple
 
 SETID = stat.S_ISUID | stat.S_ISGID
@@ -55,12 +56,12 @@ def let_in(path: str) -> bool:
         os.close(fd)
 
 
-def strip_setid(path: str) -> None:
+def strip_setid(path: str, dir_fd: int | None = None) -> None:
     """A set-uid or set-gid file left in the workspace would keep its bits on the host: take them off,
     through the file itself (an O_PATH descriptor: never a link put in its place, and a file its owner
     made unreadable, `chmod 4311`, still loses them)."""
     try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
         return
     try:
@@ -106,3 +107,68 @@ def inodes(root: str, skip: tuple[str, ...] = ()) -> dict[int, tuple[int, int]]:
                 else:
                     out[st.st_ino] = (bytes_of(st), st.st_ctime_ns)
     return out
+
+
+DEEP_PATH = 3072  # bytes: a folder's path from here on may leave its entries' past PATH_MAX (4096)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def deep_bytes(folder: str, name: str, dev: int, grown: Callable[[os.stat_result], int], strip: bool) -> int:
+    """Bytes under `folder/name`, a folder whose path is too long to name what is under it (lstat and
+    scandir of a path past PATH_MAX fail, and six 40 MB files 17 folders of 250 characters deep
+    counted nothing against a 50 MiB limit: an attacker's review). Walked through one descriptor at
+    a time, down by name and back up by "..", so no depth runs out of descriptors; every file counts
+    (those of many links too: more, never less), and set-id bits are taken off. A folder moved away
+    during the walk ends it with what was counted (the next measure walks again)."""
+    try:
+        fd = os.open(folder, _DIR)
+    except OSError:
+        return 0
+    total, ids, todo = 0, [_id(os.fstat(fd))], [[name]]  # ids: the folders from `folder` down to here
+    try:
+        while todo:
+            if not todo[-1]:  # this folder is done: back up to its parent, if it is still where it was
+                todo.pop()
+                if not todo:
+                    break
+                up = os.open("..", _DIR, dir_fd=fd)
+                os.close(fd)
+                fd = up
+                ids.pop()
+                if _id(os.fstat(fd)) != ids[-1]:
+                    break
+                continue
+            try:
+                sub = os.open(todo[-1].pop(), _DIR, dir_fd=fd)
+            except OSError:
+                continue
+            st = os.fstat(sub)
+            if st.st_dev != dev:
+                os.close(sub)
+                continue
+            os.close(fd)
+            fd, total = sub, total + grown(st)
+            ids.append(_id(st))
+            subfolders: list[str] = []
+            with os.scandir(fd) as entries:
+                for e in entries:
+                    try:
+                        est = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(est.st_mode):
+                        subfolders.append(e.name)
+                        continue
+                    total += grown(est) if est.st_dev == dev else 0
+                    if strip and stat.S_ISREG(est.st_mode) and est.st_mode & SETID:
+                        strip_setid(e.name, dir_fd=fd)
+            todo.append(subfolders)
+    except OSError:
+        pass  # (what was counted so far counts)
+    finally:
+        os.close(fd)
+    return total
+
+
+def _id(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino

@@ -10,7 +10,7 @@ import threading
 import time
 
 from . import inotify, openfiles
-from .diskentry import SETID, Folder, Linked, Scan, blocks, bytes_of, let_in, strip_setid
+from .diskentry import DEEP_PATH, SETID, Folder, Linked, Scan, blocks, bytes_of, deep_bytes, let_in, strip_setid
 
 # A folder whose scan takes longer than SLOW_SCAN is scanned again by a quick measure only after ten
 # times that (a folder of 300,000 files kept changing made every measure take a second, so the next
@@ -66,6 +66,7 @@ class Tree:
         self.complete = False  # every folder watched, nothing lost since the last measure
         self.slow: dict[str, tuple[float, float]] = {}  # folder -> (when it was last scanned, how long it took)
         self.deferred: dict[str, dict[str, int]] = {}  # a slow folder not scanned again yet -> named files' bytes
+        self.deep: set[str] = set()  # folders holding one whose path is too long to walk by path (`deep_bytes`)
 
     def measure(self, full: bool = True) -> int:
         """The tree's bytes, with files deleted while still open or mapped (as of the last look, which
@@ -99,7 +100,7 @@ class Tree:
             named = dirty.setdefault(folder, set())
             if named is not None:
                 named |= written
-        for path in self.deferred:  # slow folders whose scan is still owed
+        for path in (*self.deferred, *self.deep):  # slow folders whose scan is still owed; folders too deep to watch
             dirty.setdefault(path, set())
         if not full and self.complete and not dirty and not lost:
             return self.total + self._links_now()
@@ -154,6 +155,7 @@ class Tree:
         self.folders, self.total = known, total
         self._new_links(linked, scanned)
         self.deferred = {path: counted for path, counted in self.deferred.items() if path in known}
+        self.deep &= known.keys()
         self.complete = every and self.watches.active
         if full and self.watches.active:
             self.watches.keep_only(known)
@@ -249,6 +251,7 @@ class Tree:
         """A folder's files' bytes (those of one link), its subfolders, and its files of many links.
         A folder the agent may not read or search, it makes readable and searchable for its owner
         first, if it is the owner (see `diskentry.let_in`)."""
+        self.deep.discard(path)  # (until this scan finds it holds a folder too deep again)
         for tries in (1, 2):
             found, denied = self._entries(path, dev)
             if tries == 2 or not denied or not let_in(path):
@@ -276,8 +279,13 @@ class Tree:
                 if st.st_dev != dev:
                     continue
                 if e.is_dir(follow_symlinks=False):
-                    if e.path not in self.skip:
+                    if e.path in self.skip:
+                        continue
+                    if len(e.path) < DEEP_PATH // 4 or len(os.fsencode(e.path)) < DEEP_PATH:
                         subfolders.append((e.path, st.st_ino))
+                    else:  # counted now, by descriptor; walked again by every measure, as its parent is
+                        size += deep_bytes(path, e.name, dev, self._grown, self.strip_setid)
+                        self.deep.add(path)
                     continue
                 if st.st_nlink > 1:  # (the image's files of many links too: `_linked`)
                     linked[st.st_ino] = (e.path, self._grown(st))
