@@ -225,3 +225,34 @@ def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentenc
     said = done.stderr.decode().strip().splitlines()
     assert said and "refusing to run a shell that could leave set-uid files on the host" in said[-1], said
     assert "Traceback" not in done.stderr.decode()
+
+
+INOTIFY = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 200:
+    fd = libc.inotify_init1(0) if len(held) % 2 else libc.inotify_init()
+    if fd < 0:
+        break
+    held.append(fd)
+print(len(held), errno.errorcode.get(ctypes.get_errno()))
+for fd in held:
+    os.close(fd)
+fd = libc.inotify_init1(0)
+print("again" if fd >= 0 else "refused")
+"""
+
+
+def test_the_model_holds_a_bounded_share_of_the_machines_inotify_instances(sb: Sandbox) -> None:
+    """Their limit is per user of the whole machine, and root inside is root outside: a command
+    held 126 of 128, leaving none to the engine, the host's services or other sessions' agents (an
+    attacker's review). Past its share the model hears EMFILE, as from the kernel's own limit; a
+    tool that watches a file still can, and the disk watchdog, which holds its own, goes on."""
+    from sandshell_agent.watchers import INSTANCES
+
+    sb.write_file("/tmp/inotify.py", INOTIFY)
+    r = sb.execute("python3 /tmp/inotify.py")
+    assert r.output.split() == [str(INSTANCES), "EMFILE", "again"], r
+    r = sb.execute("echo one > /tmp/t; (timeout 2 tail -F /tmp/t 2>&1 &); sleep 0.5; echo two >> /tmp/t; sleep 0.5")
+    assert "one" in r.output and "two" in r.output and "polling" not in r.output, r

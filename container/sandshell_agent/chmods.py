@@ -28,11 +28,12 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from . import sysfilter
+from . import sysfilter, watchers
 
 AT_FDCWD, AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = -100, 0x100, 0x1000
 OPENAT2, RESOLVE_NO_MAGICLINKS = 437, 0x02
 NOTIF_RECV, NOTIF_SEND, NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
+CONTINUE = -1  # an answer: let the call go on to the kernel
 PATH_MAX = 4096
 CAP_V3 = 0x20080522
 # Per-thread credential calls, made raw: glibc's setgroups changes every thread of the process.
@@ -88,7 +89,12 @@ def mounts_at(points: tuple[str, ...]) -> set[int]:
 def call_name(arch: int, nr: int) -> str | None:
     nr = nr & ~sysfilter.X32_BIT if arch == sysfilter.ARCH_X86_64 else nr
     return next(
-        (n for n, (num, rule, _) in sysfilter.TABLES.get(arch, {}).items() if num == nr and rule == "chmod"), None
+        (
+            n
+            for n, (num, rule, _) in sysfilter.TABLES.get(arch, {}).items()
+            if num == nr and rule in ("chmod", "watchers")
+        ),
+        None,
     )
 
 
@@ -155,14 +161,18 @@ class Guard:
                 err = e.errno or errno.EPERM
             except Exception:  # never leave a caller hanging in the kernel
                 err = errno.EPERM
-            resp = Resp(notif.id, 0, -err if err else 0, 0)
-            self.libc.ioctl(fd, NOTIF_SEND, ctypes.byref(resp))  # ENOENT: the caller is gone
+            # CONTINUE: the kernel makes the call itself (SECCOMP_USER_NOTIF_FLAG_CONTINUE)
+            resp = Resp(notif.id, 0, 0, 1) if err == CONTINUE else Resp(notif.id, 0, -err if err else 0, 0)
+            if self.libc.ioctl(fd, NOTIF_SEND, ctypes.byref(resp)) != 0 and err == CONTINUE:  # (ENOENT: gone)
+                self.libc.ioctl(fd, NOTIF_SEND, ctypes.byref(Resp(notif.id, 0, -errno.EMFILE, 0)))  # (before 5.5)
 
     def answer(self, listener: int, n: Notif) -> int:
         """The errno for this call (0: done)."""
         name = call_name(n.data.arch, n.data.nr)
         if name is None or self.broken:
             return errno.EPERM
+        if name.startswith("inotify_init"):  # (nothing to look up or change: made by the kernel, or refused)
+            return CONTINUE if watchers.allowed(n.pid) else errno.EMFILE
         caller = Caller(n.pid)
         # All of it as the caller: its /proc is then open to the guard whatever its uid (the kernel
         # checks a reader's file-system ids), and the lookup and the change are what it may do.

@@ -48,7 +48,8 @@ X32_BIT = 0x40000000  # x32 system calls are x86_64's numbers with this bit set
 # 0, or args[j], the new limit, NULL), "priority" (args: (which, who), where `which` must be the
 # caller's own kind, PRIO_PROCESS or IOPRIO_WHO_PROCESS, and `who` 0). "allocate" (args[i] fallocate's
 # mode: EOPNOTSUPP unless it only frees blocks; the disk watchdog looks every 50 ms, and one call took
-# 40 MB in 0.1 ms: 16 GB went by unseen against a 50 MB limit).
+# 40 MB in 0.1 ms: 16 GB went by unseen against a 50 MB limit). "watchers": every call to the guard
+# (inotify instances are the whole machine's root's: `watchers.py`).
 CALLS: dict[str, tuple[str, tuple[int, ...], int | None, int | None, int | None]] = {
     "open": ("create", (1, 2), 2, 5, None),
     "creat": ("mode", (1,), 85, 8, None),
@@ -68,6 +69,8 @@ CALLS: dict[str, tuple[str, tuple[int, ...], int | None, int | None, int | None]
     "sched_setaffinity": ("self", (0,), 203, 241, 122),
     "prlimit64": ("prlimit", (0, 2), 302, 340, 261),
     "fallocate": ("allocate", (1,), 285, 324, 47),
+    "inotify_init": ("watchers", (), 253, 291, None),
+    "inotify_init1": ("watchers", (), 294, 332, 26),
 }
 ARCHES = (ARCH_X86_64, ARCH_I386, ARCH_AARCH64)  # the order of the numbers above
 # Per architecture: name -> (number, rule, argument indexes), for the program and for the guard.
@@ -138,7 +141,9 @@ def _block(p: Program, arch: int, to: Callable[[str], str]) -> None:
     p.op(RET, ALLOW)
     for name, (_, rule, args) in TABLES[arch].items():
         p.label(to(name))
-        if rule == "whiteout":
+        if rule == "watchers":  # each to the guard, which counts the instances held (watchers.py)
+            p.op(RET, USER_NOTIF)
+        elif rule == "whiteout":
             p.arg(args[0])
             p.op(JSET, RENAME_WHITEOUT, to("deny"), to("allow"))
         elif rule == "self":  # a process's own scheduling, never another's (the agent's, above all)

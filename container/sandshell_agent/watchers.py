@@ -1,0 +1,37 @@
+"""The model's share of inotify instances. Their limit (fs.inotify.max_user_instances, 128 by default)
+is per user of the whole machine, and root inside is root outside: every instance the model holds is
+one the engine, the host's services and other sessions' agents do not get (an attacker's review
+held 126 of 128). The set-id filter hands every `inotify_init` and `inotify_init1` to the agent's
+guard (`chmods.py`), which lets the call go on while the container's processes hold fewer than
+INSTANCES, and answers EMFILE (the kernel's own word for too many) once they hold that many."""
+
+from __future__ import annotations
+
+import os
+
+INSTANCES = 16  # a `tail -f`, a dev server's watcher, an editor's: each takes one
+
+
+def held(agent: int) -> int:
+    """Instances open in the container's processes but the agent's (an instance two processes share
+    counts twice: the model gets fewer, never more)."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == agent:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                count += os.readlink(f"/proc/{name}/fd/{fd}") == "anon_inode:inotify"
+            except OSError:
+                pass
+    return count
+
+
+def allowed(caller: int) -> bool:
+    """Whether thread `caller` may make one more: always the agent (its disk watchdog's), else while
+    the model holds fewer than INSTANCES."""
+    return os.path.isdir(f"/proc/self/task/{caller}") or held(os.getpid()) < INSTANCES
