@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -228,7 +229,7 @@ def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentenc
 
 
 INOTIFY = """
-import ctypes, errno, os
+import ctypes, errno, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 held = []
 while len(held) < 200:
@@ -239,6 +240,7 @@ while len(held) < 200:
 print(len(held), errno.errorcode.get(ctypes.get_errno()))
 for fd in held:
     os.close(fd)
+time.sleep(0.3)  # (right after a refusal the guard refuses without counting: watchers.RECOUNT)
 fd = libc.inotify_init1(0)
 print("again" if fd >= 0 else "refused")
 """
@@ -256,3 +258,18 @@ def test_the_model_holds_a_bounded_share_of_the_machines_inotify_instances(sb: S
     assert r.output.split() == [str(INSTANCES), "EMFILE", "again"], r
     r = sb.execute("echo one > /tmp/t; (timeout 2 tail -F /tmp/t 2>&1 &); sleep 0.5; echo two >> /tmp/t; sleep 0.5")
     assert "one" in r.output and "two" in r.output and "polling" not in r.output, r
+
+
+def test_calls_right_after_a_refusal_are_refused_without_counting_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count reads every process's descriptors: a loop of refused calls must not keep the guard busy."""
+    from sandshell_agent import watchers
+
+    counts: list[int] = []
+    monkeypatch.setattr(watchers, "held", lambda agent: counts.append(agent) or watchers.INSTANCES)
+    monkeypatch.setattr(watchers, "_refused_at", float("-inf"))
+    stranger = 2**22 + 7  # (no thread of this process)
+    assert not watchers.allowed(stranger, now=100.0) and len(counts) == 1
+    assert not any(watchers.allowed(stranger, now=100.0 + i / 100) for i in range(20)) and len(counts) == 1
+    monkeypatch.setattr(watchers, "held", lambda agent: counts.append(agent) or 0)
+    assert watchers.allowed(stranger, now=101.0) and len(counts) == 2  # a pause, then counted again
+    assert watchers.allowed(threading.get_native_id(), now=101.0) and len(counts) == 2  # the agent's own: never counted

@@ -8,6 +8,7 @@ INSTANCES, and answers EMFILE (the kernel's own word for too many) once they hol
 from __future__ import annotations
 
 import os
+import time
 
 INSTANCES = 16  # a `tail -f`, a dev server's watcher, an editor's: each takes one
 
@@ -31,7 +32,19 @@ def held(agent: int) -> int:
     return count
 
 
-def allowed(caller: int) -> bool:
+def allowed(caller: int, now: float | None = None) -> bool:
     """Whether thread `caller` may make one more: always the agent (its disk watchdog's), else while
-    the model holds fewer than INSTANCES."""
-    return os.path.isdir(f"/proc/self/task/{caller}") or held(os.getpid()) < INSTANCES
+    the model holds fewer than INSTANCES. For RECOUNT seconds after a refusal, refused without a
+    count: a loop of calls would otherwise keep the guard's thread (and the agent's lock) busy."""
+    global _refused_at
+    if os.path.isdir(f"/proc/self/task/{caller}"):
+        return True
+    now = time.monotonic() if now is None else now
+    if now - _refused_at < RECOUNT or held(os.getpid()) >= INSTANCES:
+        _refused_at = now
+        return False
+    return True
+
+
+RECOUNT = 0.25
+_refused_at = float("-inf")
