@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -83,18 +84,22 @@ def test_a_shell_that_no_fork_can_start_gets_room_made_for_it(monkeypatch: pytes
     tries: list[str] = []
     killed: list[set[int]] = []
 
-    def popen(args: list[str], **kw: object) -> str:
+    bash = types.SimpleNamespace(pid=-7)
+    scored: list[int] = []
+
+    def popen(args: list[str], **kw: object) -> types.SimpleNamespace:
         tries.append(str(kw["cwd"]))
         if kw["cwd"] == "/gone":
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone")
         if not killed:
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        return "bash"
+        return bash
 
     monkeypatch.setattr(spawn.subprocess, "Popen", popen)
     monkeypatch.setattr(spawn.procs, "kill_all", lambda before, shell, keep: killed.append(keep) or 57)
-    assert spawn.bash(("/app", "/app", "/"), "/root", 0, 1, 2, ()) == ("bash", "/app", 57)
-    assert tries == ["/app"] * 3 and killed == [{os.getpid(), os.getppid(), 1}]
+    monkeypatch.setattr(spawn, "first_to_go", scored.append)  # (its OOM score: the sandbox tests')
+    assert spawn.bash(("/app", "/app", "/"), "/root", 0, 1, 2, ()) == (bash, "/app", 57)
+    assert tries == ["/app"] * 3 and killed == [{os.getpid(), os.getppid(), 1}] and scored == [-7]
     tries.clear()
-    assert spawn.bash(("/gone", "/app", "/"), "/root", 0, 1, 2, ()) == ("bash", "/app", 0)
+    assert spawn.bash(("/gone", "/app", "/"), "/root", 0, 1, 2, ()) == (bash, "/app", 0)
     assert tries == ["/gone", "/app"]
