@@ -559,3 +559,24 @@ def test_files_deleted_while_held_are_found_with_the_cpu_taken(box: tuple[Sandbo
     finally:
         sb.execute("pkill -f 'while :'; pkill -f held.py; true", timeout=60)
     assert sb.execute("echo next").output == "next\n"
+
+
+DEEP_HIDDEN = (
+    "cd /app && n=$(printf 'd%.0s' $(seq 1 250)) && for i in $(seq 1 13); do mkdir $n && cd $n || exit; done"
+    " && mkdir m && chmod 0300 m && cd m"
+)
+
+
+def test_a_deep_folder_the_agent_may_not_read_still_counts_in_locked(tmp_path: Path) -> None:
+    """Past 3,072 bytes of path a folder is walked by descriptor, and there a `chmod 0300` folder
+    (which the locked profile's agent, without capabilities, may not read) counted nothing: 240 MB
+    past a 50 MB limit (a second attacker's review). It is let in there as it is by the path walk."""
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    if os.geteuid() == 0:
+        os.chown(ws, 1000, 1000)  # locked runs as the workspace's owner
+    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, profile="locked")
+    with Sandbox(workspace=ws, settings=s) as sb:
+        fill = "for i in $(seq 1 300); do head -c 1000000 /dev/zero > f$i; done"
+        r = sb.execute(f"({DEEP_HIDDEN} && {fill}); echo after", timeout=60)
+        assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r

@@ -560,3 +560,28 @@ def test_files_under_a_path_past_path_max_count_and_lose_set_id_bits(tmp_path: P
         os.close(fd)
         shutil.rmtree(tmp_path / "top" / ("d" * 250))
     assert tree.measure(full=False) == empty and not tree.deep
+
+
+def test_a_deep_walk_ends_past_its_cap_and_its_depth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that keeps adding folders below the walk (or hangs walked ones back under it: a second
+    review kept a walk going 13 s while 360 MB went in) cannot keep it going: each new folder counts
+    a block, and past the cap (the area's limit and more) the walk stops, over it; past DEEP_LEVELS
+    levels it counts as over the cap."""
+    (tmp_path / "top").mkdir()
+    fd = _deep(tmp_path / "top", levels=60)
+    os.close(fd)
+    top = str(tmp_path / "top")
+    looked: list[int] = []
+
+    def grown(st: os.stat_result) -> int:
+        looked.append(st.st_ino)
+        return diskentry.bytes_of(st)
+
+    whole = diskentry.deep_bytes(top, "d" * 250, os.stat(top).st_dev, grown, False)
+    assert whole >= 60 * 4096 + 1_000_000 and len(looked) >= 60
+    looked.clear()
+    capped = diskentry.deep_bytes(top, "d" * 250, os.stat(top).st_dev, grown, False, cap=40_000)
+    assert 40_000 < capped < whole and len(looked) <= 12, (capped, len(looked))
+    monkeypatch.setattr(diskentry, "DEEP_LEVELS", 30)
+    assert diskentry.deep_bytes(top, "d" * 250, os.stat(top).st_dev, grown, False, cap=10**12) == 10**12 + 1
+    shutil.rmtree(tmp_path / "top")

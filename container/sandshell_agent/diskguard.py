@@ -191,6 +191,7 @@ class DiskGuard:
         (`_look`) stays timed by the wall clock: it is what holds the lock, and slowing it when it
         runs long leaves the measures more of it."""
         start = time.thread_time()
+        a.tree.cap = a.threshold + a.baseline + a.limit if a.limit else 0  # (past it, a deep walk may stop)
         used = a.tree.measure(full) - a.baseline
         a.measured(used, time.monotonic())
         if a.limit and used > a.threshold:

@@ -67,6 +67,7 @@ class Tree:
         self.slow: dict[str, tuple[float, float]] = {}  # folder -> (when it was last scanned, how long it took)
         self.deferred: dict[str, dict[str, int]] = {}  # a slow folder not scanned again yet -> named files' bytes
         self.deep: set[str] = set()  # folders holding one whose path is too long to walk by path (`deep_bytes`)
+        self.cap = 0  # bytes past which a deep walk may stop counting (the area's limit; 0: none)
 
     def measure(self, full: bool = True) -> int:
         """The tree's bytes, with files deleted while still open or mapped (as of the last look, which
@@ -284,7 +285,7 @@ class Tree:
                     if len(e.path) < DEEP_PATH // 4 or len(os.fsencode(e.path)) < DEEP_PATH:
                         subfolders.append((e.path, st.st_ino))
                     else:  # counted now, by descriptor; walked again by every measure, as its parent is
-                        size += deep_bytes(path, e.name, dev, self._grown, self.strip_setid)
+                        size += deep_bytes(path, e.name, dev, self._grown, self.strip_setid, self.cap)
                         self.deep.add(path)
                     continue
                 if st.st_nlink > 1:  # (the image's files of many links too: `_linked`)
