@@ -471,3 +471,25 @@ def test_workers_smaller_than_the_agent_that_fill_the_memory_limit_are_the_ones_
         assert sb.execute("pkill -9 -f bytearray; echo alive").output.endswith("alive\n") and sb.container.id == first
         r = sb.execute(f"echo 0 > /proc/self/oom_score_adj; ALLOC={shlex.quote(ALLOC)}; {WORKERS}", timeout=30)
         assert r.lost and "ran out of memory" in (r.error or "") and "SANDSHELL_MEMORY" in (r.error or ""), r
+
+
+def test_drops_far_apart_each_start_afresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Settings) -> None:
+    """A long command over a link that drops now and then is not given up for its sixth drop: the bound
+    is on drops that come within EPISODE of the last reconnect."""
+    from sandshell.sandbox import sandbox as module
+
+    monkeypatch.setattr(module, "EPISODE", 0.2)
+    conn, agent = _linked(monkeypatch)
+    sb = Sandbox(workspace=tmp_path, settings=settings)
+    sb.conn = conn
+
+    def recv(deadline: float) -> dict[str, object]:  # each drop comes longer than EPISODE after the last
+        time.sleep(0.25)
+        raise ConnectionLost("the agent closed the connection")
+
+    monkeypatch.setattr(conn, "recv", recv)
+    asked = _unreachable_agent(monkeypatch, sb)
+    monkeypatch.setattr(sb, "_reconnect", lambda resume: asked.append(time.monotonic()) or len(asked) < 8)
+    (result,) = list(sb._follow("true", "c1", 5.0))
+    assert len(asked) == 8 > module.RETRIES and result.lost, (len(asked), result)
+    agent.close()

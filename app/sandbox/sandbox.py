@@ -25,6 +25,7 @@ from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCo
 Event = Output | Result
 ACK_EVERY = 8  # output frames; the agent's window is 32
 RETRIES, SILENCE = 5, 15.0  # reconnects in one command; seconds past its timeout and grace until an agent is silent
+EPISODE = 60.0  # seconds after a reconnect from which a drop counts afresh (a long command over a flaky link)
 
 
 class Sandbox:
@@ -169,17 +170,18 @@ class Sandbox:
 
     def _follow(self, command: str, cid: str, seconds: float) -> Iterator[Event]:
         assert self.conn is not None
-        last_seq, retries = 0, 0
-        # The agent enforces the timeout; this only catches an agent that stopped answering.
-        deadline = time.monotonic() + seconds + self.settings.kill_grace + SILENCE
+        last_seq, retries, episode = 0, 0, -math.inf  # episode: when the last reconnect was
+        deadline = time.monotonic() + seconds + self.settings.kill_grace + SILENCE  # (the agent keeps the timeout)
         while True:
             try:
                 frame = self.conn.recv(deadline)
             except (ConnectionLost, ProtocolError, TimeoutError) as e:
-                late, retries = isinstance(e, TimeoutError), retries + 1  # bounded, backed off; once after a silence
+                fresh = time.monotonic() - episode > EPISODE  # bounded, backed off; once after a silence
+                late, retries = isinstance(e, TimeoutError), (0 if fresh else retries) + 1
                 time.sleep(0 if retries == 1 else min(0.05 * 2**retries, 1.0))
                 if retries <= RETRIES and not (late and retries > 1) and self._reconnect({"id": cid, "seq": last_seq}):
-                    deadline = max(deadline, time.monotonic() + self.settings.kill_grace + 5.0)
+                    episode = time.monotonic()
+                    deadline = max(deadline, episode + self.settings.kill_grace + 5.0)
                     continue
                 died = f"the sandbox died mid-command ({death(self.container, e)})"  # (asked before it is removed)
                 why = "the agent stopped answering" if late else died
@@ -259,9 +261,7 @@ class Sandbox:
                     if attempt == 0 and self._reconnect({}):
                         continue
                     self._lost()
-                    raise SandboxDied(
-                        f"the sandbox stopped answering ({e}); the next call starts a fresh one"
-                    ) from None
+                    raise SandboxDied(f"the sandbox stopped answering ({e}); the next call starts afresh") from None
             if reply.get("type") == "error":
                 raise ProtocolError(str(reply.get("message")), str(reply.get("code")))
             return reply
