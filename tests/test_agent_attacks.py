@@ -356,4 +356,5 @@ def test_a_process_table_filled_as_the_shell_dies_does_not_end_the_agent(box: Sa
         said.append(r.notice or "")
         box.execute("pkill -9 -f burst.py; sleep 0.5")
     assert all("in the background" in n and "new one started" in n for n in said), said
-    assert any("process limit was full" in n or "fork bomb" in n or "process" in n for n in said), said
+    # each time room was made: by the new shell's start, or by the pid watchdog when it looked first
+    assert all("process limit was full" in n or "reached the limit of" in n for n in said), said

@@ -226,9 +226,7 @@ class Agent:
         # As a command ends its process count is checked, unless it started no process at all.
         stop = runner.cmd is not None and runner.cmd.phase is None and not ending  # (woken by begin_kill below)
         notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
-        oom = self.oom.check() if ending or runner.cmd is None else None  # (between commands: the background's)
-        if ending and runner.cmd is not None:  # said with the command that did it; nothing to stop
-            runner.notice, oom = "; ".join(n for n in (runner.notice, oom) if n), None
+        oom = self.oom.check() if ending or runner.cmd is None else None  # (as the others' news: nothing to stop)
         disk = self.disk.take()
         if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
             procs.signal_all([runner.shell.pid], signal.SIGCONT)
