@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,6 +154,7 @@ def test_the_hosts_result_parser_takes_any_frame(frame: dict[str, object]) -> No
     from sandshell.session.transcript import render
 
     r = Result.from_frame("cmd", frame)
+    assert r == _result_field_by_field("cmd", frame) == dataclasses.replace(r)  # (filled in one step: all there)
     assert r.return_code is None or type(r.return_code) is int
     assert all(isinstance(v, str) for v in (r.user, r.host, r.cwd, r.tail))
     assert all(v is None or isinstance(v, str) for v in (r.error, r.notice, r.signal, r.spill_path))
@@ -160,6 +163,29 @@ def test_the_hosts_result_parser_takes_any_frame(frame: dict[str, object]) -> No
     f = FileContent.from_frame(frame)
     assert f.content is None or isinstance(f.content, str)
     ModelState.from_frame(frame)
+
+
+def _result_field_by_field(command: str, f: dict[str, Any]) -> Any:
+    """What `Result.from_frame` must give, through the class's own constructor."""
+    from sandshell.sandbox.protocol import Result, number
+
+    def text(key: str) -> str | None:
+        return value if isinstance(value := f.get(key), str) else None
+
+    code = f.get("exit_code")
+    flags = ("timed_out", "interrupted", "restarted", "output_limited", "truncated", "syntax_error")
+    return Result(command, code if type(code) is int else None, **{k: f.get(k) is True for k in flags},
+                  error=text("error"), notice=text("notice"), signal=text("signal"), spill_path=text("spill_path"),
+                  output_bytes=number(f, "output_bytes", int), duration=number(f, "duration", float),
+                  user=text("user") or "root", host=text("host") or "sandbox", cwd=text("cwd") or "/",
+                  tail=text("tail") or "")  # fmt: skip
+
+
+def test_a_results_empty_names_are_the_defaults() -> None:
+    from sandshell.sandbox.protocol import Result
+
+    r = Result.from_frame("x", {"exit_code": 0, "user": "", "host": "", "cwd": "", "error": "", "tail": ""})
+    assert (r.user, r.host, r.cwd, r.error, r.tail) == ("root", "sandbox", "/", "", "")
 
 
 def test_a_number_past_a_floats_range_is_no_crash() -> None:
