@@ -25,7 +25,7 @@ READ_BYTES = 256 * 1024
 # per piece: 100 MB took ~20,000 reads and 0.2-0.4 s of the engine's CPU; piled up, a third less.
 PILE_BYTES = 8192
 PILE_SECONDS = 0.0005
-SPARE_WAIT = 1.0  # seconds a read of a plain socket may block after a poll said it would not
+SPARE_WAIT = 1.0  # seconds a read of a plain socket may block at a time (its deadline kept: `_recv_within`)
 SEND_WAIT = 30.0  # seconds a send may wait for the engine to take it before the link counts as lost
 
 
@@ -95,12 +95,13 @@ class Connection:
 
     def closed_by_peer(self) -> bool:
         """Whether the other end has closed the link (checked without waiting or consuming)."""
-        sock = self.sock
-        if sock is None:
+        if (sock := self.sock) is None:
             return True
         if isinstance(sock, ssl.SSLSocket):
             return False  # no peeking through TLS: the reader notices instead
         try:
+            if self._poller is not None:  # a plain socket: one call each, its mode kept
+                return bool(self._poller.poll(0)) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
             if not select.select([sock], [], [], 0)[0]:
                 return False
             sock.setblocking(False)
@@ -156,16 +157,15 @@ class Connection:
 
     def _recv_within(self, sock: socket.socket, left: float | None) -> bytes | None:
         """One read, waiting at most `left` seconds (None: no end); None when nothing came in time.
-        A plain socket stays blocking (`_blocking`): a `poll` that keeps the deadline (Python works
-        out the time left again after a signal), then the read: two system calls, where Python's
-        own timeout makes three (set the mode, poll, read) and one more before every send. The read
-        lands in the connection's own buffer: `recv(READ_BYTES)` allocated 256 KiB a read, which
-        glibc could map fresh, shrink and unmap (three more system calls and page faults; ~35 µs a
-        command while its mmap threshold was at the default, docs/benchmarks.md)."""
+        A plain socket stays blocking (`_blocking`): with the deadline further than SPARE_WAIT, the
+        read alone (the kernel ends its wait after SPARE_WAIT, and the caller reads again); nearer,
+        a `poll` that keeps it first. Python's own timeout makes three calls (set the mode, poll,
+        read) and one more before every send. Reads land in the connection's own buffer: `recv`
+        allocated 256 KiB each, which glibc could map and unmap (~35 µs a command, docs/benchmarks.md)."""
         poller = self._poller
         if poller is None:
             sock.settimeout(left)
-        elif not poller.poll(None if left is None else max(1, math.ceil(left * 1000))):
+        elif left is not None and left <= SPARE_WAIT and not poller.poll(max(1, math.ceil(left * 1000))):
             return None
         try:
             got = sock.recv_into(self._rbuf)
