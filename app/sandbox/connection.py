@@ -25,7 +25,7 @@ READ_BYTES = 256 * 1024
 # per piece: 100 MB took ~20,000 reads and 0.2-0.4 s of the engine's CPU; piled up, a third less.
 PILE_BYTES = 8192
 PILE_SECONDS = 0.0005
-SPARE_WAIT = 1.0  # seconds a read of a plain socket may block at a time (its deadline kept: `_recv_within`)
+SPARE_WAIT = 1.0  # seconds a read of a plain socket may block after a poll said it would not
 SEND_WAIT = 30.0  # seconds a send may wait for the engine to take it before the link counts as lost
 
 
@@ -157,15 +157,14 @@ class Connection:
 
     def _recv_within(self, sock: socket.socket, left: float | None) -> bytes | None:
         """One read, waiting at most `left` seconds (None: no end); None when nothing came in time.
-        A plain socket stays blocking (`_blocking`): with the deadline further than SPARE_WAIT, the
-        read alone (the kernel ends its wait after SPARE_WAIT, and the caller reads again); nearer,
-        a `poll` that keeps it first. Python's own timeout makes three calls (set the mode, poll,
-        read) and one more before every send. Reads land in the connection's own buffer: `recv`
-        allocated 256 KiB each, which glibc could map and unmap (~35 µs a command, docs/benchmarks.md)."""
+        A plain socket stays blocking (`_blocking`): a `poll` that keeps the deadline (Python works
+        out the time left again after a signal; a blocking read it retries with the kernel's wait
+        whole again, so signals every 0.1 s kept one from ever ending), then the read. Reads land in
+        the connection's own buffer: `recv` allocated 256 KiB each (~35 µs a command, docs/benchmarks.md)."""
         poller = self._poller
         if poller is None:
             sock.settimeout(left)
-        elif left is not None and left <= SPARE_WAIT and not poller.poll(max(1, math.ceil(left * 1000))):
+        elif not poller.poll(None if left is None else max(1, math.ceil(left * 1000))):
             return None
         try:
             got = sock.recv_into(self._rbuf)
