@@ -428,12 +428,14 @@ def test_an_agent_that_reattaches_but_stays_silent_is_given_up_after_one_reconne
     sb = Sandbox(workspace=tmp_path, settings=settings.replace(kill_grace=0.1))
     sb.conn = conn
     asked = _unreachable_agent(monkeypatch, sb)
+    engine: list[object] = []  # an agent that stopped answering: nothing to ask the engine
+    monkeypatch.setattr(module, "death", lambda box, e: engine.append(e) or str(e))
     start = time.monotonic()
     (result,) = list(sb._follow("sleep 60", "c1", 0.2))
     took = time.monotonic() - start
     assert len(asked) == 1 and asked[0] - start > 0.5, asked  # once, after the silence
     assert result.lost and result.error is not None and "stopped answering" in result.error, result
-    assert 0.5 + 5.1 < took < 8, took  # the resumed agent had kill_grace + 5 s to speak
+    assert 0.5 + 5.1 < took < 8 and not engine, (took, engine)  # the resumed agent had kill_grace + 5 s to speak
     agent.close()
 
 
@@ -446,10 +448,12 @@ def test_a_link_that_drops_at_every_reconnect_is_retried_a_few_times_backed_off(
     sb.conn = conn
     asked = _unreachable_agent(monkeypatch, sb)
     (result,) = list(sb._follow("true", "c1", 5.0))
+    ended = time.monotonic()
     from sandshell.sandbox.sandbox import RETRIES
 
     gaps = [b - a for a, b in itertools.pairwise(asked)]
     assert len(asked) == RETRIES and all(g > 0.15 for g in gaps), gaps
+    assert ended - asked[-1] < 0.5, ended - asked[-1]  # no back-off before giving up (it slept 1 s)
     assert result.lost and "died mid-command" in str(result.error), result
 
 

@@ -176,15 +176,16 @@ class Sandbox:
             try:
                 frame = self.conn.recv(deadline)
             except (ConnectionLost, ProtocolError, TimeoutError) as e:
-                fresh = time.monotonic() - episode > EPISODE  # bounded, backed off; once after a silence
+                fresh = time.monotonic() - episode > EPISODE
                 late, retries = isinstance(e, TimeoutError), (0 if fresh else retries) + 1
-                time.sleep(0 if retries == 1 else min(0.05 * 2**retries, 1.0))
-                if retries <= RETRIES and not (late and retries > 1) and self._reconnect({"id": cid, "seq": last_seq}):
-                    episode = time.monotonic()
-                    deadline = max(deadline, episode + self.settings.kill_grace + 5.0)
-                    continue
-                died = f"the sandbox died mid-command ({death(self.container, e)})"  # (asked before it is removed)
-                why = "the agent stopped answering" if late else died
+                if retries <= RETRIES and not (late and retries > 1):  # bounded, backed off; once after a silence
+                    time.sleep(0 if retries == 1 else min(0.05 * 2**retries, 1.0))
+                    if self._reconnect({"id": cid, "seq": last_seq}):
+                        episode = time.monotonic()
+                        deadline = max(deadline, episode + self.settings.kill_grace + 5.0)
+                        continue
+                why = "the agent stopped answering" if late else None  # else the engine's word, before removal:
+                why = why or f"the sandbox died mid-command ({death(self.container, e)})"
                 self._lost()
                 yield Result(command, None, error=f"{why}; the next command starts a fresh one", lost=True)
                 return
@@ -270,9 +271,7 @@ class Sandbox:
         """Read a file in the container (bounded); missing or binary files come back with `.error`."""
         if (why := refusal("path", path)) is not None:
             return FileContent(path, None, error=why)
-        frame: dict[str, Any] = {"type": "read", "path": path}
-        if limit:
-            frame["limit"] = limit
+        frame: dict[str, Any] = {"type": "read", "path": path, **({"limit": limit} if limit else {})}
         try:
             return FileContent.from_frame(self._request(frame))
         except ProtocolError as e:  # the agent refused it: the model hears why, the session goes on
