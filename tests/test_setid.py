@@ -265,6 +265,32 @@ def test_the_model_holds_a_bounded_share_of_the_machines_inotify_instances(sb: S
     assert "one" in r.output and "two" in r.output and "polling" not in r.output, r
 
 
+LEADERLESS = """
+import ctypes, os, platform, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+def hold():
+    time.sleep(0.5)  # the main thread has ended: /proc/PID/fd shows nothing of the process now
+    held = []
+    while len(held) < 100 and (fd := libc.inotify_init1(0)) >= 0:
+        held.append(fd)
+    print(len(held), flush=True)
+    os._exit(0)
+threading.Thread(target=hold).start()
+libc.syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)  # exit: the main thread alone
+"""
+
+
+def test_instances_held_by_a_process_whose_main_thread_ended_count(sb: Sandbox) -> None:
+    """Once its main thread has ended, a process's own /proc entry lists no descriptors (its other
+    threads' entries do), so the count saw none of what such a process held, and it went on to hold
+    as many instances as the machine had left. Counted now as the disk watchdog's look counts them."""
+    from sandshell_agent.watchers import INSTANCES
+
+    sb.write_file("/tmp/leaderless.py", LEADERLESS)
+    r = sb.execute("pkill -f 'tail -F'; sleep 0.3; python3 /tmp/leaderless.py; sleep 0.3")  # (the test before's)
+    assert r.output.split() == [str(INSTANCES)], r
+
+
 def test_calls_right_after_a_refusal_are_refused_without_counting_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A count reads every process's descriptors: a loop of refused calls must not keep the guard busy."""
     from sandshell_agent import watchers
@@ -278,3 +304,8 @@ def test_calls_right_after_a_refusal_are_refused_without_counting_again(monkeypa
     monkeypatch.setattr(watchers, "held", lambda agent: counts.append(agent) or 0)
     assert watchers.allowed(stranger, now=101.0) and len(counts) == 2  # a pause, then counted again
     assert watchers.allowed(threading.get_native_id(), now=101.0) and len(counts) == 2  # the agent's own: never counted
+    # Calls that keep coming faster than RECOUNT are counted again every RECOUNT, not refused for good.
+    monkeypatch.setattr(watchers, "held", lambda agent: watchers.INSTANCES)
+    assert not watchers.allowed(stranger, now=200.0)
+    monkeypatch.setattr(watchers, "held", lambda agent: 0)  # the model closed its instances meanwhile
+    assert [watchers.allowed(stranger, now=200.0 + i * 0.2) for i in range(1, 4)] == [False, True, True]

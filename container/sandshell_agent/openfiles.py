@@ -79,7 +79,10 @@ def look_all(devs: dict[int, tuple[int, int]], start: int = 0, fds: int = HELD_F
         if fds_left <= 0 or text_left <= 0:
             stopped_at = pid
             break
-        base, names = _entry(pid)
+        try:
+            base, names = entry(pid)
+        except PermissionError:  # (not ours to look into: see the module's docstring)
+            base, names = f"/proc/{pid}", []
         fds_left -= _descriptors(base, names[:fds_left], held)
         text_left -= _mappings(base, mapped, written, text_left)
     return {dev: _seen(dev, held[dev], mapped[dev], written[dev], *devs[dev]) for dev in devs}, stopped_at
@@ -98,10 +101,10 @@ def _seen(
     return Seen(sum(held.values()) + only_mapped, flushed, 0, later)
 
 
-def _entry(pid: int) -> tuple[str, list[str]]:
+def entry(pid: int) -> tuple[str, list[str]]:
     """Where /proc shows a process's descriptors and mappings, and its descriptors: its own entry, or,
     once its main thread has ended (a zombie leader whose other threads write on: its own entry then
-    shows none), another thread's."""
+    shows none), another thread's. PermissionError when the agent may not list them."""
     base = f"/proc/{pid}"
     try:
         names = os.listdir(f"{base}/fd")
@@ -110,7 +113,9 @@ def _entry(pid: int) -> tuple[str, list[str]]:
         for tid in os.listdir(f"{base}/task"):
             if tid != str(pid):
                 return f"{base}/task/{tid}", os.listdir(f"{base}/task/{tid}/fd")
-    except OSError:
+    except PermissionError:
+        raise
+    except OSError:  # (gone meanwhile)
         pass
     return base, []
 

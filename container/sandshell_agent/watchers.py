@@ -10,41 +10,48 @@ from __future__ import annotations
 import os
 import time
 
+from . import openfiles, procs
+
 INSTANCES = 16  # a `tail -f`, a dev server's watcher, an editor's: each takes one
 
 
 def held(agent: int) -> int:
     """Instances open in the container's processes but the agent's (an instance two processes share
-    counts twice: the model gets fewer, never more). Not seen: instances in flight, sent over a
-    socket (SCM_RIGHTS) and held in its buffer by no process."""
+    counts twice: the model gets fewer, never more), listed as the disk watchdog's look lists them
+    (`openfiles.entry`: a process whose main thread has ended shows its descriptors only under its
+    other threads, and held 100 unseen). Not seen: instances in flight, sent over a socket
+    (SCM_RIGHTS) and held in its buffer by no process."""
     count = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == agent:
-            continue
+    for pid in procs.snapshot() - {agent}:
         try:
-            fds = os.listdir(f"/proc/{name}/fd")
-        except OSError:  # (gone meanwhile)
-            continue
-        for fd in fds:
-            try:
-                count += os.readlink(f"/proc/{name}/fd/{fd}") == "anon_inode:inotify"
-            except PermissionError:  # not dumpable (a second review held 40 so): what it holds is
-                count += INSTANCES  # unseen, so it is taken to hold the whole share
-                break
-            except OSError:  # (closed meanwhile)
-                pass
+            base, fds = openfiles.entry(pid)
+            count += sum(_inotify(f"{base}/fd/{fd}") for fd in fds)
+        except PermissionError:  # not dumpable (a second review held 40 so): what it holds is unseen,
+            count += INSTANCES  # so it is taken to hold the whole share
     return count
+
+
+def _inotify(link: str) -> bool:
+    try:
+        return os.readlink(link) == "anon_inode:inotify"
+    except PermissionError:
+        raise
+    except OSError:  # (closed meanwhile)
+        return False
 
 
 def allowed(caller: int, now: float | None = None) -> bool:
     """Whether thread `caller` may make one more: always the agent (its disk watchdog's), else while
-    the model holds fewer than INSTANCES. For RECOUNT seconds after a refusal, refused without a
-    count: a loop of calls would otherwise keep the guard's thread (and the agent's lock) busy."""
+    the model holds fewer than INSTANCES. For RECOUNT seconds after a count that refused, refused
+    without one: a loop of calls would otherwise keep the guard's thread (and the agent's lock) busy.
+    (Not after every refusal: calls that kept coming faster than that were refused for good.)"""
     global _refused_at
     if os.path.isdir(f"/proc/self/task/{caller}"):
         return True
     now = time.monotonic() if now is None else now
-    if now - _refused_at < RECOUNT or held(os.getpid()) >= INSTANCES:
+    if now - _refused_at < RECOUNT:
+        return False
+    if held(os.getpid()) >= INSTANCES:
         _refused_at = now
         return False
     return True
