@@ -10,7 +10,11 @@ median of:
 - sandshell's agent and bash driven by a minimal client: `run` frames written to the attach socket
   as bytes and the reply read until its exit frame (no host library);
 - the same through the host library's `Connection` (`send`, `recv`);
-- `Sandbox.execute("true")`, the target's measure.
+- `Sandbox.execute("true")`, the target's measure;
+- a C agent's floor (bench/loop_relay.c, built here): sandshell's own bash loop (bashloop.c) behind
+  the least an agent must do (a tagged command in, the status record and the kernel's cwd back, an
+  exit frame of the agent's size out), by the minimal client and through `Connection`: what
+  moving the agent's command path out of Python would reach at best.
 Every container it makes carries the session labels, so a run cut short leaves nothing the
 reaper would not take. Prints a Markdown table.
 """
@@ -34,16 +38,17 @@ from typing import Any
 from sidecar import sidecar
 
 from sandshell import config
+from sandshell.sandbox.connection import AttachConnection, Connection
 from sandshell.sandbox.sandbox import Sandbox
 
 HERE = Path(__file__).resolve().parent
 
 
-def relay_binary(folder: Path) -> Path:
-    """bench/relay.c, linked statically (the image's libc may be older than this machine's)."""
-    out = folder / "relay"
+def relay_binary(folder: Path, name: str = "relay") -> Path:
+    """bench/NAME.c, linked statically (the image's libc may be older than this machine's)."""
+    out = folder / name
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
-    subprocess.run([compiler, "-O2", "-static", "-o", str(out), str(HERE / "relay.c")], check=True)
+    subprocess.run([compiler, "-O2", "-static", "-o", str(out), str(HERE / f"{name}.c")], check=True)
     return out
 
 
@@ -60,6 +65,15 @@ def put(box: Any, path: Path) -> None:
 def attached(client: Any, box: Any) -> socket.socket:
     params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
     return client.api.attach_socket(box.id, params=params)._sock  # type: ignore[no-any-return]
+
+
+def bare_connection(client: Any, box: Any) -> AttachConnection:
+    """The host library's reader on an attach to a C floor, which says no hello."""
+    conn = AttachConnection(client.api, box.id)
+    sock = conn._connect(5.0)
+    conn._blocking(sock)
+    conn.sock, conn._sync = sock, None
+    return conn
 
 
 def exchange(sock: Any, until: bytes) -> Callable[[bytes], None]:
@@ -84,10 +98,12 @@ def main() -> None:
         tag = sb.container.attrs["Config"]["Image"]
         try:
             cat, relay = sidecar(client, tag, ["cat"], "hop"), sidecar(client, tag, ["/relay"], "hop")
-            boxes += [cat, relay]
+            floor = sidecar(client, tag, ["/loop_relay"], "hop")
+            boxes += [cat, relay, floor]
             put(relay, relay_binary(Path(tmp)))
-            cat.start()
-            relay.start()
+            put(floor, relay_binary(Path(tmp), "loop_relay"))
+            for box in (cat, relay, floor):
+                box.start()
             pipe = subprocess.Popen(["docker", "exec", "-i", cat.id, "bash", "--noprofile", "--norc"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)  # fmt: skip
             assert pipe.stdin is not None and pipe.stdout is not None
@@ -104,8 +120,10 @@ def main() -> None:
             cat_echo = exchange(attached(client, cat), b"x\n")
             relayed = exchange(attached(client, relay), b"}\n")
             raw = exchange(conn.sock, b'"exit_code"')
+            floor_conn = bare_connection(client, floor)  # (one attach: each gets what the container writes)
+            floor_raw = exchange(floor_conn.sock, b'"exit_code"')
 
-            def library(i: int) -> None:
+            def library(i: int, conn: Connection = conn) -> None:
                 conn.send({"type": "run", "id": f"l{i}", "command": "true", "timeout": 10})
                 while conn.recv(time.monotonic() + 10).get("type") != "exit":
                     pass
@@ -118,6 +136,9 @@ def main() -> None:
                     lambda i: raw(b'{"type":"run","id":"r%d","command":"true","timeout":10}\n' % i),
                 "the same through the host library's `Connection` (send, recv)": library,
                 "`Sandbox.execute(\"true\")`": lambda _: sb.execute("true"),
+                "a C agent's floor and sandshell's bash loop (bench/loop_relay.c), a minimal client":
+                    lambda i: floor_raw(b'{"type":"run","id":"f%d","command":"true","timeout":10}\n' % i),
+                "the same through the host library's `Connection`": lambda i: library(i, floor_conn),
             }  # fmt: skip
             times: dict[str, list[float]] = {name: [] for name in ways}
             for r in range(args.rounds):
