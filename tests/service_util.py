@@ -43,6 +43,7 @@ class Server:
         )  # locked: needs no network on the engine
         if token is not None:
             full["SANDSHELL_API_TOKEN"] = token
+        self.env = full
         self.log = open(self.log_path, "w+b")  # noqa: SIM115 - a pipe would fill and stall it
         self.proc = subprocess.Popen([sys.executable, "-m", "sandshell.cli", "serve", "--port", str(self.port)],
                                      cwd=home, env=full, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip

@@ -4,12 +4,15 @@ run after the restart, the token is kept."""
 from __future__ import annotations
 
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.net import free_port
 from tests.service_util import Server, containers
 
 pytestmark = pytest.mark.slow
@@ -98,3 +101,29 @@ def test_tasks_waiting_at_a_crash_run_after_the_restart_in_their_order(tmp_path:
         assert ended[0]["ended"] <= ended[1]["started"]  # one at a time, in the order they came
     finally:
         second.stop()
+
+
+def test_a_second_server_on_the_same_port_or_folder_is_refused_and_touches_nothing(tmp_path: Path) -> None:
+    """Found by a newcomer's trial: a second `serve` on a busy port marked the first one's running task
+    interrupted on disk and ran its queued task before uvicorn found the port taken."""
+    first = Server(tmp_path, SANDSHELL_MAX_SESSIONS="1")
+    try:
+        running = first.task("long", [{"bash": "sleep 120"}, {"done": "never"}])
+        first.wait(running, ("running",))
+        waiting = first.task("queued", [{"done": "later"}])
+        record = tmp_path / "sessions" / running / "task.json"
+        before = record.read_text()
+        for port, said in (
+            (first.port, f"port {first.port} on 127.0.0.1 is in use"),
+            (free_port(), "another sandshell server"),
+        ):
+            second = subprocess.run([sys.executable, "-m", "sandshell.cli", "serve", "--port", str(port)], cwd=tmp_path,
+                                    env=first.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+            out = second.stdout + second.stderr
+            assert second.returncode != 0 and said in out and "Traceback" not in out, out
+            assert len(out.strip().splitlines()) == 1, out
+        assert record.read_text() == before
+        assert first.get(running)["status"] == "running" and first.get(waiting)["status"] == "queued"
+        assert not (tmp_path / "sessions" / waiting / "events.jsonl").exists(), "the queued task ran elsewhere"
+    finally:
+        first.stop()

@@ -1,17 +1,24 @@
 """`sandshell serve`: everything the API needs, put together at start, and uvicorn to run it.
 
-Start-up, in order: the token (printed once, when it is made), the task records (those that were
-running when the server last stopped are marked interrupted), leftover containers reaped, the
-model loaded (or, for the openai backend, its server waited for), then the workers.
+Start-up, in order: the port taken and the sessions folder claimed (a second server on either
+is refused before it touches a task), the token (printed once, when it is made), the task records
+(those that were running when the server last stopped are marked interrupted), leftover containers
+reaped, the model loaded (or, for the openai backend, its server waited for), then the workers.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
+import socket
 import threading
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from sandshell import config
 from sandshell.config import Settings
+from sandshell.errors import SandshellError
 from sandshell.inert import say
 from sandshell.sandbox import engine
 from sandshell.service import profiles
@@ -70,6 +77,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
     from sandshell.service.api import create_app
 
     s = settings or config.load()
+    listener = listen(host, port)
+    claim = claim_sessions(s.path(s.sessions_dir))  # (held while this process lives)
     service = Service(s)
     shown = "localhost" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{port}"
@@ -82,5 +91,51 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
         say(f"web view: {url}/?token=<the token in {where}>")
     say(f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} tasks at once; model: {service.models.description}")
     app = create_app(service)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    server.run(sockets=[listener])
+    claim.close()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The API's listening socket, taken before anything else starts (uvicorn is handed it): a port
+    in use is said in one sentence, where uvicorn found out only after the workers had started."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise SandshellError(
+            f"cannot listen on {host}: {e.strerror}; pass --host 127.0.0.1 or another address"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise SandshellError(f"port {port} on {host} is in use (another sandshell serve, or another program):"
+                                 " stop it, or pass --port") from None  # fmt: skip
+        raise SandshellError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+def claim_sessions(folder: Path) -> IO[str]:
+    """Claim the sessions folder for this server (a lock the kernel drops when the process ends, a
+    crash too). A second server on the same folder would mark the first one's running tasks
+    interrupted and start its queued ones itself."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = open(folder / ".serve.lock", "a+", encoding="utf-8")  # noqa: SIM115 (held as long as the server runs)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise SandshellError(f"another sandshell server ({holder}) serves the tasks in {folder}: stop it, or give"
+                             " this one its own folder with SANDSHELL_SESSIONS_DIR") from None  # fmt: skip
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
