@@ -390,3 +390,25 @@ def test_what_the_user_typed_is_never_dropped_silently(s: Settings) -> None:
     assert outcome.status == "quit"
     assert "not run, the session had ended: echo too-late" in notices
     assert "not sent, the session had ended: hint too late as well" in notices
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["replay", "MISSING"], "cannot read the recording"),
+        (["replay", "FOLDER", "--speed", "0"], "--speed must be a number above 0"),
+        (["replay", "FOLDER", "--speed", "-2"], "--speed must be a number above 0"),
+        (["--headless", "replay", "FOLDER"], "replay shows a recording in the UI, which needs a terminal"),
+    ],
+)
+def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args: list[str], said: str) -> None:
+    """Found by a newcomer's trial: a missing folder opened the UI on an internal error, and a speed of 0
+    or below was taken and the replay never moved."""
+    folder = tmp_path / "recorded"
+    folder.mkdir()
+    (folder / "events.jsonl").write_text('{"t": 0.0, "type": "Notice", "text": "hello"}\n')
+    argv = [str(tmp_path / "missing") if a == "MISSING" else str(folder) if a == "FOLDER" else a for a in args]
+    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", *argv], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"}, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -65,9 +65,19 @@ def decode(obj: dict[str, Any]) -> tuple[float, ev.Event] | None:
     return float(obj.get("t", 0.0)), kind(**fields)
 
 
+def recording(folder: Path) -> Path:
+    """The recording's events file, checked readable: one sentence when it is not (before a UI opens)."""
+    path = folder / "events.jsonl" if folder.is_dir() else folder
+    try:
+        with open(path, encoding="utf-8"):
+            return path
+    except OSError as e:
+        raise SandshellError(f"cannot read the recording {path}: {e.strerror}; pass a folder under sessions/") from None
+
+
 def load(folder: Path) -> Iterator[tuple[float, ev.Event]]:
     """The events of a recorded session, in order."""
-    path = folder / "events.jsonl" if folder.is_dir() else folder
+    path = recording(folder)
     try:
         f = open(path, encoding="utf-8")  # noqa: SIM115
     except OSError as e:

@@ -80,6 +80,6 @@ def run_app(app: SandshellApp) -> None:
             signal.signal(sig, handler)
 
 
-def require_terminal() -> None:
+def require_terminal(why: str = "the sandshell UI needs a terminal; run it in one, or use --headless") -> None:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise SandshellError("the sandshell UI needs a terminal; run it in one, or use --headless")
+        raise SandshellError(why)
