@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
-from dotenv import dotenv_values
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
+from sandshell import envfile
 from sandshell.errors import SettingsError
 from sandshell.llama_params import llama_params
 from sandshell.ranges import check_ranges
@@ -258,14 +258,11 @@ def load(
 ) -> Settings:
     """Build the settings from `.env` then the environment (which wins)."""
     env_file = default_env_file(environ) if env_file == "default" else env_file
-    values: dict[str, str] = {}
-    if env_file is not None and Path(env_file).is_file():
-        values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
+    values, errors = envfile.read(env_file) if env_file is not None and Path(env_file).is_file() else ({}, [])
     values.update(os.environ if environ is None else environ)
     hints = get_type_hints(Settings, include_extras=True)
     known = {f.metadata["env"]: f.name for f in fields(Settings) if f.metadata.get("env")}
     kwargs: dict[str, Any] = {}
-    errors: list[str] = []
     for env, name in known.items():
         if env in values and values[env] != "":
             try:

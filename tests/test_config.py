@@ -78,3 +78,18 @@ def test_core_never_imports_textual() -> None:
         "assert not [m for m in sys.modules if m.split('.')[0] == 'textual'], 'textual imported by the core'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_a_dotenv_line_that_is_not_name_value_is_a_bad_setting_not_a_silent_default(tmp_path: Path) -> None:
+    """Found by a newcomer's trial: each of these lines was skipped without a word, and the setting
+    it meant kept its default."""
+    bad = ["LLAMA_EXIT_TIMEOUT 5", "=5", 'LLAMA_DEFAULT_GOAL="unterminated', "garbage-line!!", "llama_exit_timeout=5"]
+    for line in bad:
+        env = tmp_path / ".env"
+        env.write_text(f"# a comment\n\nLLAMA_MAX_TOKENS=200\n{line}\n")
+        with pytest.raises(SettingsError) as e:
+            config.load(env_file=env, environ={})
+        assert "line 4 of" in str(e.value) and "see .env.example" in str(e.value), line
+    env.write_text("# fine\nexport LLAMA_EXIT_TIMEOUT=7\nLLAMA_MAX_TOKENS = 200\nHTTP_PROXY\nhttp_proxy=x\n\n")
+    s = config.load(env_file=env, environ={})
+    assert (s.exit_timeout, s.max_tokens) == (7.0, 200)
