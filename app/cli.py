@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         from sandshell.eval.cli import main as eval_main
 
         return eval_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="sandshell", description="Watch a local language model live in a shell.")
+    parser = argparse.ArgumentParser(prog="sandshell", description="Watch a local language model live in a shell.",
+                                     allow_abbrev=False)  # (`--headles` is a typo to say, not --headless)  # fmt: skip
     sub = parser.add_subparsers(dest="cmd")
+    sub.add_parser("eval", help="run a suite of tasks and score them (see `eval --help`)")  # (taken above)
     sub.add_parser("prepare", help="check Docker and build the sandbox image")
     rp = sub.add_parser("replay", help="watch a recorded session (a folder under sessions/)")
     rp.add_argument("folder")
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
             result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True, control=control)
+            if result["status"] == "error" and result.get("session") is None:  # (no transcript said it)
+                say(str(result["error"]))
             return print_result(result)
         from sandshell.tui.run import live_app, require_terminal, run_app
 

@@ -412,3 +412,24 @@ def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args
                           env={"PATH": "/usr/bin:/bin"}, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
     assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: Path) -> None:
+    """Found by a newcomer's trial: a missing model given by --model was only in the JSON, a file given
+    as the workspace was called missing, `--headles` ran headless, and `--help` did not list eval."""
+    env = {"PATH": "/usr/bin:/bin", "SANDSHELL_HOME": str(tmp_path)}
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for extra, said in ((["--model", "/nope/m.gguf"], "/nope/m.gguf does not exist"),
+                        (["--backend", "script", "--script", str(a_file), "--workspace", str(a_file)],
+                         f"the workspace {a_file} is not a folder")):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x", *extra],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+        assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert said in json.loads(proc.stdout)["error"]
+    typo = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headles", "--goal", "x"], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
+    assert typo.returncode == 2 and "unrecognized arguments: --headles" in typo.stderr
+    helped = subprocess.run([sys.executable, "-m", "sandshell.cli", "--help"], capture_output=True, text=True,
+                            env=env, cwd=REPO, timeout=60)  # fmt: skip
+    assert helped.returncode == 0 and "eval" in helped.stdout

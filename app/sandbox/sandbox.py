@@ -72,7 +72,8 @@ class Sandbox:
             for name in engine.reap(self._docker):
                 self.log(f"removed a leftover container {name}")
         if not self.workspace.is_dir():
-            raise SandboxError(f"the workspace {self.workspace} does not exist; run ./reset.sh to create it")
+            why = "is not a folder" if self.workspace.exists() else "does not exist; run ./reset.sh to create it"
+            raise SandboxError(f"the workspace {self.workspace} {why}")
         image = ensure_image(self._docker, self.settings, self.log)
         self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image)
         self.container = create_container(self._docker, self._spec)
