@@ -109,6 +109,9 @@ def create_app(service: Service) -> FastAPI:
     def create_task(body: TaskRequest) -> dict[str, Any]:
         if body.script is not None and service.settings.backend != "script":
             raise HTTPException(422, "a task may carry a script only when the server runs LLAMA_BACKEND=script")
+        most = service.settings.max_tokens  # (a task's config.json past it: refused inside, every turn)
+        if body.model is not None and body.model.max_tokens is not None and body.model.max_tokens > most:
+            raise HTTPException(422, f"model.max_tokens may be at most {most} (the server's LLAMA_MAX_TOKENS)")
         request = body.model_dump(exclude={"goal"}, exclude_none=True)
         try:
             request["profile"] = profiles.choose(service.settings, body.profile)
