@@ -294,4 +294,6 @@ def _coerce(tp: Any, raw: str) -> Any:
     try:
         return TypeAdapter(tp).validate_strings(raw)
     except ValidationError:
-        raise ValueError(f"is not a valid {getattr(tp, '__name__', tp)}") from None
+        raise ValueError(
+            "is not true or false" if tp is bool else f"is not a valid {getattr(tp, '__name__', tp)}"
+        ) from None
