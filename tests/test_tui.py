@@ -157,6 +157,25 @@ async def test_hint_and_take_over(workspace: Path, tmp_path: Path) -> None:
         await wait_for(pilot, lambda: not app.is_running)
 
 
+async def test_a_take_over_while_an_action_waits_for_approval_is_told_queued_and_runs_once(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Found by a newcomer's trial: nothing showed the command was taken, so it was typed again and ran twice."""
+    s = settings_for(workspace, tmp_path, {"bash": "echo model"}, {"done": "x"}, approval=True)
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.pending is not None)
+        await pilot.press("t")
+        await pilot.press(*"echo mine")
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert any("queued: it runs once you decide" in str(n.message) for n in app._notifications)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.ended is not None)
+        assert log_text(app).count("echo mine   (you)") == 1 and "  model" in log_text(app)
+        await pilot.press("q")
+
+
 async def test_keys_answer_while_yes_floods(workspace: Path, tmp_path: Path) -> None:
     s = settings_for(workspace, tmp_path, {"bash": "yes", "timeout": 8}, {"done": "x"}, output_limit=0, spill_limit=0)
     app = live_app(s)

@@ -138,6 +138,8 @@ class Steering(_Base):
             self.notify(f"hint queued: the model reads it at its next turn ({value})")
         elif what == "take_over" and value.strip():
             self.control.take_over(value)
+            if self.pending is not None:  # (the session waits on the decision: it runs right after)
+                self.notify(f"queued: it runs once you decide on the action waiting for approval ({value})")
         elif what == "edit" and self.pending is not None and self.pending.kind == "write":
             area = self.query_one("#content", TextArea)  # then the content, in a multi-line editor
             area.text, self.edit_path = self.pending.content, value
