@@ -96,7 +96,7 @@ class Settings:
         "rw (read-write mount), ro (read-only mount) or copy (copied in; the host folder is never touched)",
     )
     profile: Literal["standard", "locked"] = _f(
-        "SANDSHELL_PROFILE", "standard", "standard (root, network on) or locked (no network, non-root, read-only root)"
+        "SANDSHELL_PROFILE", "standard", "standard (root, network) or locked (no network, no capability, read-only)"
     )
     base_image: str = _f(
         "SANDSHELL_BASE_IMAGE",
