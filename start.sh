@@ -21,5 +21,5 @@ if ! docker info >/dev/null 2>&1; then
 fi
 home="${SANDSHELL_HOME:-.}"
 [ -f "$home/.env" ] || { mkdir -p "$home" && cp .env.example "$home/.env" && say "created $home/.env from .env.example"; }
-./scripts/setup.sh
+./scripts/setup.sh --for-start
 exec .venv/bin/python -m sandshell.cli "$@"

@@ -14,13 +14,20 @@ from sandshell.errors import SandshellError
 from sandshell.inert import say
 
 
-def prepare() -> int:
-    """Check Docker, reap leftovers and make sure the sandbox image is built."""
+def prepare(for_start: bool = False) -> int:
+    """Check Docker, reap leftovers and make sure the sandbox image is built. `for_start`: a bad
+    setting or model is left to the command start.sh runs next, which says it once (with the JSON
+    of a headless run)."""
     from sandshell import config
     from sandshell.sandbox import engine
     from sandshell.sandbox.image import ensure_image
 
-    settings = config.load()
+    try:
+        settings = config.load()
+    except SandshellError:
+        if for_start:
+            return 0
+        raise
     client = engine.client(settings)
     for name in engine.reap(client):
         say(f"removed leftover container {name}")
@@ -30,7 +37,11 @@ def prepare() -> int:
 
     init_workspace(settings)
     if settings.backend == "llama":
-        resolve_model_path(settings)
+        try:
+            resolve_model_path(settings)
+        except SandshellError:
+            if not for_start:
+                raise
     say(f"sandbox image {tag} ready")
     return 0
 
@@ -78,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                                      allow_abbrev=False)  # (`--headles` is a typo to say, not --headless)  # fmt: skip
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("eval", help="run a suite of tasks and score them (see `eval --help`)")  # (taken above)
-    sub.add_parser("prepare", help="check Docker and build the sandbox image")
+    sub.add_parser("prepare", help="check Docker and build the sandbox image").add_argument(
+        "--for-start", action="store_true", help=argparse.SUPPRESS
+    )
     rp = sub.add_parser("replay", help="watch a recorded session (a folder under sessions/)")
     rp.add_argument("folder")
     rp.add_argument("--speed", type=float, default=1.0, help="how many times faster than it happened")
@@ -103,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "prepare":
-            return prepare()
+            return prepare(args.for_start)
         if args.cmd == "replay":
             from sandshell.session.replay import recording
             from sandshell.tui.run import replay_app, require_terminal, run_app

@@ -64,4 +64,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 # -- Docker and the sandbox image -------------------------------------------------------------
-.venv/bin/python -m sandshell.cli prepare || exit 1
+# From start.sh (`--for-start`), a bad setting or a missing model is left to the command it runs
+# next, which says it once (a headless run with its JSON on stdout); alone, setup says it here.
+.venv/bin/python -m sandshell.cli prepare ${1:+"$1"} || exit 1

@@ -111,3 +111,17 @@ def test_start_sh_without_docker_says_so(tmp_path: Path, workspace: Path) -> Non
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Docker is not installed" in proc.stderr
+
+
+def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """Found by a newcomer's trial: start.sh's set-up said the error and stopped, so a headless run
+    printed no JSON on stdout."""
+    env = env_for(tmp_path, workspace, LLAMA_MODEL_PATH="/nope/m.gguf")
+    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("the model file /nope/m.gguf does not exist") == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "error" and "/nope/m.gguf" in result["error"]
