@@ -88,19 +88,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sandshell", description="Watch a local language model live in a shell.",
                                      allow_abbrev=False)  # (`--headles` is a typo to say, not --headless)  # fmt: skip
     sub = parser.add_subparsers(dest="cmd")
-    sub.add_parser("eval", help="run a suite of tasks and score them (see `eval --help`)")  # (taken above)
-    sub.add_parser("prepare", help="check Docker and build the sandbox image").add_argument(
+    sub.add_parser(
+        "eval", allow_abbrev=False, help="run a suite of tasks and score them (see `eval --help`)"
+    )  # (taken above)
+    sub.add_parser("prepare", allow_abbrev=False, help="check Docker and build the sandbox image").add_argument(
         "--for-start", action="store_true", help=argparse.SUPPRESS
     )
-    rp = sub.add_parser("replay", help="watch a recorded session (a folder under sessions/)")
+    rp = sub.add_parser("replay", allow_abbrev=False, help="watch a recorded session (a folder under sessions/)")
     rp.add_argument("folder")
     rp.add_argument("--speed", type=float, default=1.0, help="how many times faster than it happened")
-    rr = sub.add_parser("rerun", help="run a recorded session's actions again (script backend)")
+    rr = sub.add_parser("rerun", allow_abbrev=False, help="run a recorded session's actions again (script backend)")
     rr.add_argument("folder")
-    sv = sub.add_parser("serve", help="the HTTP API and the web view (see README: The HTTP service)")
+    sv = sub.add_parser(
+        "serve", allow_abbrev=False, help="the HTTP API and the web view (see README: The HTTP service)"
+    )
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    rs = sub.add_parser("reset", help="archive the workspace and start it afresh; remove leftover containers")
+    rs = sub.add_parser(
+        "reset", allow_abbrev=False, help="archive the workspace and start it afresh; remove leftover containers"
+    )
     rs.add_argument("--yes", action="store_true", help="do not ask")
     parser.add_argument("--headless", action="store_true", help="run without the UI; JSON result on stdout")
     parser.add_argument("--goal", help="the task (headless: overrides /app/goal)")
@@ -114,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace-mode", choices=["rw", "ro", "copy"], help="how the workspace is mounted")
     parser.add_argument("--approval", action="store_true", help="ask before each action (UI)")
     args = parser.parse_args(argv)
+    if args.cmd == "eval":  # (listed for --help; its own options are taken when it comes first)
+        parser.error("eval comes first: sandshell eval ... (see sandshell eval --help)")
     try:
         if args.cmd == "prepare":
             return prepare(args.for_start)

@@ -1,27 +1,31 @@
-"""Reading `.env`: its values, and a sentence for each line that is not `NAME=value` (python-dotenv
-skips such a line with a log message nobody sees, and the setting quietly keeps its default)."""
+"""Reading `.env`: its values (as python-dotenv gives them, `${VAR}` expanded), and a sentence for
+each line that cannot be what it seems meant to be: python-dotenv skips a line it cannot parse with
+a log message nobody sees, and the setting quietly keeps its default."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 
 PREFIXES = ("LLAMA_", "SANDSHELL_")
 
 
 def read(path: str | Path) -> tuple[dict[str, str], list[str]]:
-    """The values `path` sets, and what is wrong with its lines (empty when nothing is)."""
-    values: dict[str, str] = {}
+    """The values `path` sets, and what is wrong with its lines (empty when nothing is). Lines meant
+    for other programs (`my-key=1`, a bare `HTTP_PROXY`) are theirs: left alone, as before."""
     errors: list[str] = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for binding in parse_stream(f):
             key, line = binding.key, binding.original.line
             text = binding.original.string.strip()[:80]
-            if binding.error or (key is not None and not key.isidentifier()):
+            ours = key is not None and key.upper().startswith(PREFIXES)
+            if binding.error or (key is not None and binding.value is None and not key.isidentifier()):
                 errors.append(f"line {line} of {path} is not NAME=value: {text!r}")
-            elif key is not None and key != key.upper() and key.upper().startswith(PREFIXES):
+            elif ours and key is not None and key != key.upper():
                 errors.append(f"line {line} of {path} names {key}: setting names are upper case ({key.upper()})")
-            elif key is not None and binding.value is not None:
-                values[key] = binding.value
+            elif ours and binding.value is None:
+                errors.append(f"line {line} of {path} names {key} with no value: write {key}=value")
+    values = {k: v for k, v in dotenv_values(path).items() if v is not None}
     return values, errors

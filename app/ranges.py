@@ -17,7 +17,7 @@ def check_ranges(s: Settings) -> None:
     problems = []
     if s.n_ctx < 256:
         problems.append(f"LLAMA_N_CTX must be at least 256, not {s.n_ctx}")
-    elif s.max_tokens < 16 or s.max_tokens > s.n_ctx // 2:  # (half of a context too small: said above)
+    if s.max_tokens < 16 or (s.max_tokens > s.n_ctx // 2 and s.n_ctx >= 256):  # (a context too small: said above)
         problems.append(
             f"LLAMA_MAX_TOKENS must be between 16 and half of LLAMA_N_CTX ({s.n_ctx // 2}), not {s.max_tokens}"
         )

@@ -49,6 +49,7 @@ def test_free_form_llama_parameters_are_typed() -> None:
             "LLAMA_EXIT_TIMEOUT must be above 0 and at most LLAMA_MAX_EXIT_TIMEOUT (120), not -3 (",
         ),
         ({"LLAMA_N_CTX": "0"}, "bad setting: LLAMA_N_CTX must be at least 256, not 0 ("),
+        ({"LLAMA_N_CTX": "100", "LLAMA_MAX_TOKENS": "5"}, "not 100; LLAMA_MAX_TOKENS must be between 16"),
         ({"LLAMA_GRAMMAR": "ture"}, "LLAMA_GRAMMAR='ture' is not true or false"),
         ({"SANDSHELL_MAX_STEPS": "-1"}, "SANDSHELL_MAX_STEPS must be 0 (no limit) or more"),
         ({"SANDSHELL_PROFLE": "locked"}, "SANDSHELL_PROFLE is not a setting sandshell knows"),
@@ -90,13 +91,15 @@ def test_core_never_imports_textual() -> None:
 def test_a_dotenv_line_that_is_not_name_value_is_a_bad_setting_not_a_silent_default(tmp_path: Path) -> None:
     """Found by a newcomer's trial: each of these lines was skipped without a word, and the setting
     it meant kept its default."""
-    bad = ["LLAMA_EXIT_TIMEOUT 5", "=5", 'LLAMA_DEFAULT_GOAL="unterminated', "garbage-line!!", "llama_exit_timeout=5"]
+    bad = ["LLAMA_EXIT_TIMEOUT 5", "=5", 'LLAMA_DEFAULT_GOAL="unterminated', "garbage-line!!", "llama_exit_timeout=5",
+           "LLAMA_EXIT_TIMEOUT"]  # fmt: skip
     for line in bad:
         env = tmp_path / ".env"
         env.write_text(f"# a comment\n\nLLAMA_MAX_TOKENS=200\n{line}\n")
         with pytest.raises(SettingsError) as e:
             config.load(env_file=env, environ={})
         assert "line 4 of" in str(e.value) and "see .env.example" in str(e.value), line
-    env.write_text("# fine\nexport LLAMA_EXIT_TIMEOUT=7\nLLAMA_MAX_TOKENS = 200\nHTTP_PROXY\nhttp_proxy=x\n\n")
+    env.write_text("# fine\nexport LLAMA_EXIT_TIMEOUT=7\nLLAMA_MAX_TOKENS = 200\nHTTP_PROXY\nhttp_proxy=x\nmy-key=1\n\n"
+                   "SANDSHELL_WORKSPACE=${NOT_SET_ANYWHERE:-/srv}/ws\n")  # (others' lines; ${} expanded)  # fmt: skip
     s = config.load(env_file=env, environ={})
-    assert (s.exit_timeout, s.max_tokens) == (7.0, 200)
+    assert (s.exit_timeout, s.max_tokens, s.workspace) == (7.0, 200, "/srv/ws")

@@ -3,6 +3,7 @@ run after the restart, the token is kept."""
 
 from __future__ import annotations
 
+import signal
 import stat
 import subprocess
 import sys
@@ -112,7 +113,9 @@ def test_a_second_server_on_the_same_port_or_folder_is_refused_and_touches_nothi
         first.wait(running, ("running",))
         waiting = first.task("queued", [{"done": "later"}])
         record = tmp_path / "sessions" / running / "task.json"
-        before = record.read_text()
+        deadline = time.monotonic() + 30  # (the record is saved a moment after the status is set)
+        while '"running"' not in (before := record.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         for port, said in (
             (first.port, f"port {first.port} on 127.0.0.1 is in use"),
             (free_port(), "another sandshell server"),
@@ -125,5 +128,7 @@ def test_a_second_server_on_the_same_port_or_folder_is_refused_and_touches_nothi
         assert record.read_text() == before
         assert first.get(running)["status"] == "running" and first.get(waiting)["status"] == "queued"
         assert not (tmp_path / "sessions" / waiting / "events.jsonl").exists(), "the queued task ran elsewhere"
+        first.proc.send_signal(signal.SIGINT)  # Ctrl-C: a stop like any other (uvicorn.run took it so)
+        assert first.proc.wait(40) == 0 and "Traceback" not in first.output(), first.output()[-2000:]
     finally:
         first.stop()

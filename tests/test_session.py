@@ -430,6 +430,10 @@ def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: 
     typo = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headles", "--goal", "x"], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
     assert typo.returncode == 2 and "unrecognized arguments: --headles" in typo.stderr
+    for argv, said in ((["--headless", "eval"], "eval comes first"), (["replay", "--spe", "2", "x"], "--spe")):
+        wrong = subprocess.run([sys.executable, "-m", "sandshell.cli", *argv], capture_output=True, text=True, env=env,
+                               cwd=REPO, timeout=60)  # fmt: skip
+        assert wrong.returncode == 2 and said in wrong.stderr and not wrong.stdout, wrong.stderr
     helped = subprocess.run([sys.executable, "-m", "sandshell.cli", "--help"], capture_output=True, text=True,
                             env=env, cwd=REPO, timeout=60)  # fmt: skip
     assert helped.returncode == 0 and "eval" in helped.stdout

@@ -77,56 +77,79 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
     from sandshell.service.api import create_app
 
     s = settings or config.load()
-    listener = listen(host, port)
-    claim = claim_sessions(s.path(s.sessions_dir))  # (held while this process lives)
-    service = Service(s)
-    shown = "localhost" if host in ("0.0.0.0", "::") else host
-    url = f"http://{shown}:{port}"
-    if service.token_made:
-        say(f"made an API token, kept in {token_file(s)} (mode 0600); it is shown this once:")
-        say(f"  {service.token}")
-        say(f"web view: {url}/?token={service.token}")
-    else:
-        where = "SANDSHELL_API_TOKEN" if s.api_token else str(token_file(s))
-        say(f"web view: {url}/?token=<the token in {where}>")
-    say(f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} tasks at once; model: {service.models.description}")
-    app = create_app(service)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
-    server.run(sockets=[listener])
-    claim.close()
+    listeners = listen(host, port)
+    try:
+        claim = claim_sessions(s.path(s.sessions_dir))  # (held while this process lives)
+    except BaseException:
+        _close(listeners)
+        raise
+    try:
+        service = Service(s)
+        shown = "localhost" if host in ("0.0.0.0", "::") else host
+        url = f"http://{shown}:{port}"
+        if service.token_made:
+            say(f"made an API token, kept in {token_file(s)} (mode 0600); it is shown this once:")
+            say(f"  {service.token}")
+            say(f"web view: {url}/?token={service.token}")
+        else:
+            where = "SANDSHELL_API_TOKEN" if s.api_token else str(token_file(s))
+            say(f"web view: {url}/?token=<the token in {where}>")
+        say(
+            f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} tasks at once; model: {service.models.description}"
+        )
+        server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=5))
+        try:
+            server.run(sockets=listeners)
+        except KeyboardInterrupt:
+            pass  # (uvicorn says Ctrl-C again once it has shut down; a stop, as uvicorn.run took it)
+    finally:
+        claim.close()
+        _close(listeners)
     return 0
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The API's listening socket, taken before anything else starts (uvicorn is handed it): a port
-    in use is said in one sentence, where uvicorn found out only after the workers had started."""
+def listen(host: str, port: int) -> list[socket.socket]:
+    """The API's listening sockets (every address `host` names, as asyncio binds them), taken before
+    anything else starts and handed to uvicorn: a port in use is said in one sentence, where uvicorn
+    found out only after the workers had started."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise SandshellError(
-            f"cannot listen on {host}: {e.strerror}; pass --host 127.0.0.1 or another address"
-        ) from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        raise SandshellError(f"cannot listen on {host}: {e.strerror}; pass another --host") from None
+    socks: list[socket.socket] = []
     try:
-        sock.bind(address)
-        sock.listen(2048)
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            socks.append(sock := socket.socket(family, kind, proto))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
     except OSError as e:
-        sock.close()
+        _close(socks)
         if e.errno == errno.EADDRINUSE:
             raise SandshellError(f"port {port} on {host} is in use (another sandshell serve, or another program):"
                                  " stop it, or pass --port") from None  # fmt: skip
         raise SandshellError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    return sock
+    return socks
+
+
+def _close(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
 
 
 def claim_sessions(folder: Path) -> IO[str]:
     """Claim the sessions folder for this server (a lock the kernel drops when the process ends, a
     crash too). A second server on the same folder would mark the first one's running tasks
     interrupted and start its queued ones itself."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = open(folder / ".serve.lock", "a+", encoding="utf-8")  # noqa: SIM115 (held as long as the server runs)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / ".serve.lock", "a+", encoding="utf-8")  # noqa: SIM115 (held as long as the server runs)
+    except OSError as e:
+        raise SandshellError(
+            f"cannot use the sessions folder {folder}: {e.strerror}; see SANDSHELL_SESSIONS_DIR"
+        ) from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
