@@ -129,6 +129,22 @@ def test_sigterm_and_sighup_end_the_ui_like_q(tmp_path: Path, workspace: Path, s
         assert term.wait_exit(30) == 0
 
 
+@pytest.mark.slow
+def test_a_terminal_closed_under_a_busy_ui_ends_the_process(tmp_path: Path, workspace: Path) -> None:
+    """The terminal itself gone (its window closed; `tmux kill-session` in a newcomer's trial): the
+    session ended, but the process stayed, blocked on a write to the lost terminal and deaf to SIGTERM."""
+    ticking = {"bash": "while true; do echo tick; sleep 0.005; done", "timeout": 90}
+    with scripted(tmp_path, workspace, ticking, {"done": "never reached"}) as term:
+        term.wait_for(r"tick", 120)
+        pty, pid = term.child.ptyproc, term.child.pid
+        pty.fileobj.close()  # the master side closed: the kernel hangs the terminal up (SIGHUP, then EIO)
+        pty.closed = term.child.closed = True
+        deadline = time.monotonic() + 50
+        while term.child.isalive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not term.child.isalive(), f"sandshell (pid {pid}) still runs with its terminal gone"
+
+
 def test_sigterm_ends_a_headless_run_with_its_json(tmp_path: Path, workspace: Path) -> None:
     actions = script(tmp_path, *WAITING)
     proc = subprocess.Popen(

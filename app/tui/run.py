@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -65,7 +69,9 @@ def run_app(app: SandshellApp) -> None:
     """Run the UI until it ends. SIGTERM and SIGHUP (a closed terminal) end it as `q` does: the
     session stops, its container is removed and its recording gets its end event."""
 
-    def quit_(_signum: int, _frame: FrameType | None) -> None:
+    def quit_(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            let_go_of_the_terminal(app)
         try:
             asyncio.get_running_loop().call_soon_threadsafe(app.call_later, app.action_quit_session)
         except RuntimeError:  # not in the UI's loop yet, or any more
@@ -78,6 +84,28 @@ def run_app(app: SandshellApp) -> None:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def let_go_of_the_terminal(app: SandshellApp, session_wait: float = 30.0, ui_wait: float = 3.0) -> None:
+    """The terminal is gone (SIGHUP): what the UI still writes goes nowhere, instead of failing.
+    Textual's writer thread died on the first write to a hung-up terminal, and the UI's own exit then
+    waited for ever to queue its goodbye to it (deaf to SIGTERM, its loop blocked; a newcomer's trial
+    found it, tmux kill-session). Should the exit still hang, the process ends once the session
+    has (its container removed, its recording closed), or after `session_wait` seconds."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+
+    def end_when_the_session_has() -> None:
+        deadline = time.monotonic() + session_wait
+        while time.monotonic() < deadline and not all(w.is_finished for w in list(app.workers)):
+            time.sleep(0.1)
+        time.sleep(ui_wait)  # the UI's own exit first, when it can
+        os._exit(128 + signal.SIGHUP)
+
+    threading.Thread(target=end_when_the_session_has, name="sandshell-hangup", daemon=True).start()
 
 
 def require_terminal(why: str = "the sandshell UI needs a terminal; run it in one, or use --headless") -> None:
