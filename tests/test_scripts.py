@@ -125,3 +125,11 @@ def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
     assert proc.stderr.count("the model file /nope/m.gguf does not exist") == 1, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "error" and "/nope/m.gguf" in result["error"]
+
+
+def test_start_sh_help_is_only_help(tmp_path: Path, workspace: Path) -> None:
+    """From a newcomer's trial: `./start.sh --help` ran the whole set-up check first and printed its lines."""
+    for argv in (["--help"], ["eval", "--help"]):
+        proc = subprocess.run(["./start.sh", *argv], cwd=REPO, env=env_for(tmp_path, workspace), capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+        assert proc.returncode == 0 and proc.stdout.startswith("usage:") and not proc.stderr, proc.stderr
