@@ -126,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "prepare":
             return prepare(args.for_start)
         if args.cmd == "replay":
-            from sandshell.session.replay import recording
+            from sandshell.session.replay import open_recording
             from sandshell.tui.run import replay_app, require_terminal, run_app
 
             if not 0 < args.speed < float("inf"):
                 raise SandshellError(f"--speed must be a number above 0 (2 plays twice as fast), not {args.speed:g}")
-            recording(Path(args.folder))
+            open_recording(Path(args.folder)).close()
             require_terminal("replay shows a recording in the UI, which needs a terminal: run it in one"
                              " (`--headless rerun FOLDER` runs its actions again without one)")  # fmt: skip
             run_app(replay_app(Path(args.folder), args.speed))

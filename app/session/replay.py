@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sandshell.errors import SandshellError
 from sandshell.model.actions import Action
@@ -65,24 +65,18 @@ def decode(obj: dict[str, Any]) -> tuple[float, ev.Event] | None:
     return float(obj.get("t", 0.0)), kind(**fields)
 
 
-def recording(folder: Path) -> Path:
-    """The recording's events file, checked readable: one sentence when it is not (before a UI opens)."""
+def open_recording(folder: Path) -> IO[str]:
+    """The recording's events file, opened: one sentence when it cannot be (before a UI opens, too)."""
     path = folder / "events.jsonl" if folder.is_dir() else folder
     try:
-        with open(path, encoding="utf-8"):
-            return path
+        return open(path, encoding="utf-8")  # (the caller closes it)
     except OSError as e:
         raise SandshellError(f"cannot read the recording {path}: {e.strerror}; pass a folder under sessions/") from None
 
 
 def load(folder: Path) -> Iterator[tuple[float, ev.Event]]:
     """The events of a recorded session, in order."""
-    path = recording(folder)
-    try:
-        f = open(path, encoding="utf-8")  # noqa: SIM115
-    except OSError as e:
-        raise SandshellError(f"cannot read the recording {path}: {e.strerror}; pass a folder under sessions/") from None
-    with f:
+    with open_recording(folder) as f:
         for line in f:
             try:
                 item = decode(json.loads(line))
