@@ -36,7 +36,27 @@ def test_without_the_token_every_route_but_health_is_401(server: Server) -> None
         wrong = {"Authorization": "Bearer " + TOKEN[:-1] + "x"}
         assert bare.request(method, path, headers=wrong).status_code == 401, path
         assert bad_cookie.request(method, path).status_code == 401, path
+    said = {  # what each refusal tells: nothing given, the wrong kind of header, the wrong token
+        "a bearer token is needed (Authorization: Bearer <token>)": {},
+        "the Authorization header is not a bearer token: send 'Authorization: Bearer <token>'": {
+            "Authorization": TOKEN
+        },
+        "the bearer token is wrong: it is not this server's (SANDSHELL_API_TOKEN or sessions/.service/api-token)": {
+            "Authorization": "Bearer nope"
+        },
+    }
+    for detail, headers in said.items():
+        assert bare.get("/v1/tasks", headers=headers).json() == {"detail": detail}
+    assert bad_cookie.get("/v1/tasks").json()["detail"].startswith("the bearer token is wrong")
+    garbled = bare.post("/v1/tasks", content=b'{"goal": "x" "max_steps": 2}', headers=_auth())
+    assert garbled.status_code == 422
+    why = "the request body is not valid JSON (at character 13: Expecting ',' delimiter); see /docs"
+    assert garbled.json() == {"detail": why}
     assert httpx.get(f"{server.url}/v1/tasks", cookies={"sandshell_token": TOKEN}).status_code == 200
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
 def test_a_task_runs_its_events_stream_and_a_resumed_stream_gets_exactly_the_rest(server: Server) -> None:

@@ -88,8 +88,7 @@ def create_app(service: Service) -> FastAPI:
     def authorized(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
         given = auth.from_header(authorization) or request.cookies.get(auth.COOKIE)
         if not auth.matches(given, service.token):
-            raise HTTPException(401, "a bearer token is needed (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+            raise HTTPException(401, auth.refusal(authorization, given), headers={"WWW-Authenticate": "Bearer"})
 
     Auth = [Depends(authorized)]
 

@@ -16,6 +16,7 @@ from sandshell.config import Settings
 from sandshell.errors import SandshellError
 
 COOKIE = "sandshell_token"
+TOKEN_WHERE = "SANDSHELL_API_TOKEN or sessions/.service/api-token"
 
 
 def token_file(settings: Settings) -> Path:
@@ -57,3 +58,12 @@ def from_header(value: str | None) -> str | None:
     if value and value[:7].lower() == "bearer ":
         return value[7:].strip()
     return None
+
+
+def refusal(authorization: str | None, given: str | None) -> str:
+    """Why a request was not let in, in one sentence: no token, a header of another kind, or the wrong token."""
+    if given:
+        return f"the bearer token is wrong: it is not this server's ({TOKEN_WHERE})"
+    if authorization:
+        return "the Authorization header is not a bearer token: send 'Authorization: Bearer <token>'"
+    return "a bearer token is needed (Authorization: Bearer <token>)"
