@@ -16,7 +16,7 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from sandshell import envfile
 from sandshell.errors import SettingsError
-from sandshell.llama_params import llama_params
+from sandshell.llama_params import llama_params, near_miss
 from sandshell.ranges import check_ranges
 
 DEFAULT_GOAL = (
@@ -271,8 +271,8 @@ def load(
                 errors.append(f"{env}={values[env]!r} {e}")
     extra = {k: v for k, v in values.items() if k.startswith("LLAMA_") and k not in known}
     unknown = sorted(k for k in values if k.startswith("SANDSHELL_") and k not in known)  # a typo runs defaults
-    errors += [f"{k} is not a setting sandshell knows" for k in unknown]
-    load_params, sampling, extra_errors = llama_params(extra)
+    errors += [f"{k} is not a setting sandshell knows{near_miss(k, known)}" for k in unknown]
+    load_params, sampling, extra_errors = llama_params(extra, known)
     errors += extra_errors
     if errors:
         raise SettingsError("bad setting: " + "; ".join(errors) + " (see .env.example)")

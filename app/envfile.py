@@ -4,6 +4,7 @@ a log message nobody sees, and the setting quietly keeps its default."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from dotenv import dotenv_values
@@ -16,16 +17,19 @@ def read(path: str | Path) -> tuple[dict[str, str], list[str]]:
     """The values `path` sets, and what is wrong with its lines (empty when nothing is). Lines meant
     for other programs (`my-key=1`, a bare `HTTP_PROXY`) are theirs: left alone, as before."""
     errors: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for binding in parse_stream(f):
-            key, line = binding.key, binding.original.line
-            text = binding.original.string.strip()[:80]
-            ours = key is not None and key.upper().startswith(PREFIXES)
-            if binding.error or (key is not None and binding.value is None and not key.isidentifier()):
-                errors.append(f"line {line} of {path} is not NAME=value: {text!r}")
-            elif ours and key is not None and key != key.upper():
-                errors.append(f"line {line} of {path} names {key}: setting names are upper case ({key.upper()})")
-            elif ours and binding.value is None:
-                errors.append(f"line {line} of {path} names {key} with no value: write {key}=value")
-    values = {k: v for k, v in dotenv_values(path).items() if v is not None}
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")  # read once: checked and parsed alike
+    except OSError as e:
+        return {}, [f"cannot read {path} ({e.strerror or e}): make it readable, or move it away"]
+    for binding in parse_stream(io.StringIO(text)):
+        key, line = binding.key, binding.original.line
+        shown = binding.original.string.strip()[:80]
+        ours = key is not None and key.upper().startswith(PREFIXES)
+        if binding.error or (key is not None and binding.value is None and not key.isidentifier()):
+            errors.append(f"line {line} of {path} is not NAME=value: {shown!r}")
+        elif ours and key is not None and key != key.upper():
+            errors.append(f"line {line} of {path} names {key}: setting names are upper case ({key.upper()})")
+        elif ours and binding.value is None:
+            errors.append(f"line {line} of {path} names {key} with no value: write {key}=value")
+    values = {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
     return values, errors

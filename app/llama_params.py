@@ -4,7 +4,9 @@ such a setting is given)."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
+from collections.abc import Collection
 from typing import Any, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
@@ -28,6 +30,14 @@ _RESERVED = {
     "stop",  # from the chat template: another stop string would cut actions mid-way
     "logprobs",  # sandshell shows no log-probabilities (and the two call paths type it differently)
 }
+# Parameters llama.cpp takes that a user means as something else: what to set instead.
+_MEANT = {"model": "LLAMA_MODEL is only the name a reply reports; the model file is LLAMA_MODEL_PATH"}
+
+
+def near_miss(env: str, known: Collection[str]) -> str:
+    """' (did you mean X?)' for a setting's name that is nearly one of `known`, else ''."""
+    close = difflib.get_close_matches(env, known, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
@@ -51,8 +61,11 @@ def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.
     return params(Llama.__init__), chat
 
 
-def llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """`LLAMA_<NAME>` settings as (load parameters, sampling defaults, errors), typed by the signatures."""
+def llama_params(
+    extra: dict[str, str], known: Collection[str] = ()
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """`LLAMA_<NAME>` settings as (load parameters, sampling defaults, errors), typed by the signatures;
+    `known`: sandshell's own settings' names, for a near miss's hint."""
     if not extra:
         return {}, {}, []
     init, chat = llama_signatures()
@@ -63,11 +76,14 @@ def llama_params(extra: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any],
         name = env[len("LLAMA_") :].lower()
         target = load_params if name in init else sampling if name in chat else None
         param = init.get(name) or chat.get(name)
+        if name in _MEANT:
+            errors.append(_MEANT[name])
+            continue
         if name in _RESERVED:
             errors.append(f"{env} is chosen by sandshell itself and cannot be set")
             continue
         if target is None or param is None or name in ("self", "kwargs"):
-            errors.append(f"{env} is not a setting sandshell or llama.cpp knows")
+            errors.append(f"{env} is not a setting sandshell or llama.cpp knows{near_miss(env, known)}")
             continue
         if raw == "":
             continue
