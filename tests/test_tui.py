@@ -201,6 +201,7 @@ async def test_replay_shows_a_recording_and_keeps_escapes_inert() -> None:
         text = log_text(app)
         assert "6.1.0-sandshell" in text and "^[]0;pwned\\x07" in text
         assert "\x1b" not in text
+        assert " REPLAY " in str(app.status.render())  # the status bar says it is not a live session
 
 
 def test_snapshot_replayed_session(snap_compare: Callable[..., bool]) -> None:
@@ -290,6 +291,7 @@ async def test_every_key_in_every_state(workspace: Path, tmp_path: Path) -> None
         assert {"approve", "edit", "reject", "help", "quit_session"} | steering <= shown_keys(app)
         assert "step" not in shown_keys(app)
         assert "APPROVAL" in str(status.render()) and "waiting for approval" in str(status.render())
+        assert "REPLAY" not in str(status.render())  # (a live session)
 
         def drawn() -> str:
             return " ".join(str(k.render()) for k in app.query("FooterKey"))

@@ -88,7 +88,7 @@ class SandshellApp(Steering, App[None]):
         self.status = self.query_one(StatusBar)
         self.log_view = self.query_one(ShellLog)
         self.more = self.query_one(MoreBelow)  # held: the flush timer may fire while the app unmounts
-        self.status.approval = self.control.approval
+        self.status.approval, self.status.replay = self.control.approval, self.replaying
         self.status.refresh_bar()
         self.set_interval(1 / FLUSH_HZ, self.flush)
         self.run_session()

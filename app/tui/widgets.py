@@ -30,6 +30,7 @@ class StatusBar(Static):
         self.speed = ""
         self.turn = 0
         self.approval = False
+        self.replay = False  # a recording played back, not a live session: said by a badge
         self.state = "starting"
         self.since = time.monotonic()
         self._shown = ""
@@ -46,11 +47,15 @@ class StatusBar(Static):
             parts.append(self.speed)
         parts.append(f"turn {self.turn}")
         elapsed = "" if self.state in ("done", "starting") else f" {time.monotonic() - self.since:.0f}s"
-        key = " · ".join(p for p in parts if p) + f"{self.approval}{self.state}{elapsed}"
+        key = " · ".join(p for p in parts if p) + f"{self.approval}{self.replay}{self.state}{elapsed}"
         if key == self._shown:
             return  # redrawn only when something shown changed (the flush timer calls this 30 times a second)
         self._shown = key
-        text = Text(" · ".join(p for p in parts if p) + "  ")
+        text = Text()
+        if self.replay:  # first: a long bar is cut at the terminal's edge
+            text.append(" REPLAY ", style="bold reverse cyan")
+            text.append(" ")
+        text.append(" · ".join(p for p in parts if p) + "  ")
         if self.approval:
             text.append(" APPROVAL ", style="bold reverse magenta")
             text.append(" ")
