@@ -90,3 +90,25 @@ def test_a_socket_closed_after_it_was_registered_can_still_be_unregistered() -> 
     finally:
         sel.close()
         b.close()
+
+
+def test_the_loop_looks_for_the_next_request_only_while_requests_come_back_to_back() -> None:
+    """pace.NextLook: a request within LOOK_SECONDS of the loop going idle makes the loop look for the
+    next one without sleeping, once; a later one (a model's next turn) or a slow command ends it."""
+    from sandshell_agent.pace import LOOK_SECONDS, NextLook
+
+    pace, t = NextLook(), 100.0
+    assert pace.idle(t, quick=True) == 0.0  # the first command after a start: nothing says they come fast
+    pace.request(t + 2.0)  # seconds later, as a model's turn comes
+    assert pace.idle(t + 2.001, quick=True) == 0.0
+    pace.request(t + 2.001 + LOOK_SECONDS / 2)  # back to back
+    assert pace.idle(t + 2.002, quick=True) == LOOK_SECONDS
+    assert pace.idle(t + 2.003, quick=True) == 0.0  # once a request: an event that was not the next one ends it
+    pace.request(t + 2.004)  # (the idle time counts from the first turn without a command: 2.002)
+    assert pace.idle(t + 2.005, quick=True) == 0.0
+    pace.request(t + 2.005 + LOOK_SECONDS / 3)
+    assert pace.idle(t + 2.006, quick=False) == 0.0  # the command was not quick: its end was waited for asleep
+    pace.request(t + 2.006 + LOOK_SECONDS * 2)  # idle since 2.006, and the request came after the look's time
+    assert pace.idle(t + 2.007, quick=True) == 0.0
+    pace.request(t + 2.007 + LOOK_SECONDS / 2)  # back to back again, after a quick command: looked for
+    assert pace.idle(t + 2.008, quick=True) == LOOK_SECONDS

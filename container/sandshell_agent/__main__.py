@@ -8,7 +8,8 @@ import socket
 import sys
 
 from . import chmods, pid1, sysfilter
-from .server import Agent, Config
+from .server import Agent
+from .settings import Config
 from .stdio import seal
 
 

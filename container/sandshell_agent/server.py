@@ -13,11 +13,12 @@ from typing import Any
 
 from . import AGENT_NAME, compiled, cpus, files, procs
 from .channel import Channel, error
-from .command import Limits
 from .diskguard import DiskGuard
 from .frames import FrameError, refusal
+from .pace import NextLook
 from .poller import Poller
 from .runner import Runner
+from .settings import Config
 from .shell import Shell, loop_loads
 from .stdio import StdioChannel
 from .watchdog import OomScoreWatch, PidWatchdog
@@ -26,33 +27,6 @@ OUTBUF_HIGH = 1024 * 1024  # stop reading command output while this much waits f
 SHELL_KEYS = ("status", "stdout", "stderr")
 SETTLE_SECONDS = 0.001  # how long the agent waits for a command that just started before its loop goes on
 SPIN_SECONDS = 0.0003  # ... of which without sleeping (`_settle`)
-
-
-class Config:
-    """The agent's settings, passed by the host as environment variables."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.token = env.get("SANDSHELL_TOKEN", "")
-        self.max_frame = int(env.get("SANDSHELL_MAX_FRAME", str(8 * 1024 * 1024)))
-        self.max_timeout = float(env.get("SANDSHELL_MAX_TIMEOUT", "600"))
-        self.kill_grace = float(env.get("SANDSHELL_KILL_GRACE", "1.0"))
-        self.read_limit = int(env.get("SANDSHELL_READ_LIMIT", str(1024 * 1024)))
-        self.state_limit = int(env.get("SANDSHELL_STATE_LIMIT", str(64 * 1024)))
-        self.limits = Limits(
-            stream=int(env.get("SANDSHELL_OUTPUT_LIMIT", str(1024 * 1024))),
-            spill=int(env.get("SANDSHELL_SPILL_LIMIT", str(32 * 1024 * 1024))),
-            spill_dir=env.get("SANDSHELL_SPILL_DIR", "/app/.sandshell/output"),
-        )
-        uid, gid = env.get("SANDSHELL_HOST_UID", ""), env.get("SANDSHELL_HOST_GID", "")
-        self.owner = (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else None
-        self.pids_limit = int(env.get("SANDSHELL_PIDS_LIMIT", "0"))
-        self.workdir = env.get("SANDSHELL_WORKDIR", "/app")
-        self.state_dir = env.get("SANDSHELL_STATE_DIR", "/run/sandshell-agent")
-        self.workspace_limit = int(env.get("SANDSHELL_WORKSPACE_LIMIT", "0"))
-        self.scratch_limit = int(env.get("SANDSHELL_SCRATCH_LIMIT", "0"))
-        self.file_limit = int(env.get("SANDSHELL_FILE_LIMIT", "0"))
-        self.shell_loop = env.get("SANDSHELL_SHELL_LOOP", "auto") != "off"
-        self.shared_cpu = env.get("SANDSHELL_SHELL_CPU", "any") == "shared"
 
 
 class Agent:
@@ -93,6 +67,7 @@ class Agent:
         )
         self.sel.register(self.disk.wake_r, selectors.EVENT_READ, "disk")
         self.quick = True  # the last command ended within SPIN_SECONDS (`_settle`)
+        self.next = NextLook()  # whether the loop looks for the next request without sleeping
 
     @property
     def shell(self) -> Shell:
@@ -173,6 +148,7 @@ class Agent:
             self.channel.send(error(rid, "bad_request", "timeout must be a finite number of seconds"))
             return
         self.cpus.keep(True)
+        self.next.request(time.monotonic())
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
             self._watch(time.monotonic())
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
@@ -241,13 +217,23 @@ class Agent:
             if runner.cmd.phase is None and not ending:
                 runner.begin_kill()
 
+    def _next_events(self) -> list[tuple[selectors.SelectorKey, int]]:
+        """The loop's next events; while commands come back to back, looked for without sleeping first (pace.py)."""
+        now = time.monotonic()
+        look = self.next.idle(now, self.quick) if self.runner.cmd is None else 0.0
+        while look and time.monotonic() < now + look:
+            if ready := self.sel.select(0):
+                return ready
+            os.sched_yield()
+        return self.sel.select(self._timeout(time.monotonic()))
+
     def serve_forever(self) -> None:
         channel, runner = self.channel, self.runner
         while True:
             # No host, or a host behind: the command waits on its writes; its output is never dropped.
             flowing = channel.client is not None and len(channel.outbuf) < OUTBUF_HIGH and channel.window.open()
             runner.watch_output(flowing)
-            for key, mask in self.sel.select(self._timeout(time.monotonic())):
+            for key, mask in self._next_events():
                 if self.sel.get_map().get(key.fd) is not key:
                     continue  # unregistered (or its number reused) by an event before it in this turn
                 what = key.data
