@@ -7,7 +7,8 @@ workspace copied in through the API; `docker exec` then goes there too (DOCKER_H
 --ssh-engine reaches the machine's engine through an sshd of its own on 127.0.0.1 (ssh://, tests/engines.py),
 `docker exec` too (DOCKER_HOST=ssh://..., the same `ssh`).
 `--mb 0` / `--gb 0` leave out the flood and the memory measure. The round trips of sandshell and of the
-bash pipe alternate in blocks of 50, so both see the same load. Prints a Markdown table (paste into
+bash pipe alternate in blocks of 50, so both see the same load; then a quarter as many of each again,
+one every 20 ms, as a session driven by a model sends them. Prints a Markdown table (paste into
 docs/benchmarks.md).
 """
 
@@ -124,6 +125,22 @@ print(json.dumps({"trip": sorted(trips[5:])[len(trips[5:]) // 2], "shell": sorte
 p.stdin.close()
 p.wait()
 """
+
+
+def spaced_round_trips(sb: Sandbox, runs: int, gap: float = 0.02) -> tuple[float, float]:
+    """Medians of `true` through sandshell and through the bash pipe, one every `gap` seconds in turn,
+    as a session driven by a model sends them (its turns take seconds): every process on the way has
+    gone to sleep, and its caches cold, when the command comes. The target's measure sends them back to back."""
+    pipe, agent = BashPipe(sb), []
+    for _ in range(runs):
+        time.sleep(gap)
+        t = time.perf_counter()
+        sb.execute("true")
+        agent.append(time.perf_counter() - t)
+        time.sleep(gap)
+        pipe.round_trip()
+    pipe.close()
+    return statistics.median(agent), statistics.median(pipe.times)
 
 
 def inside_round_trips(sb: Sandbox, runs: int) -> tuple[float, float]:
@@ -249,6 +266,7 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
         settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         agent, pipe, cli, early = round_trips(sb, args.runs, args.settle)
+        spaced = spaced_round_trips(sb, max(20, args.runs // 4))
         inside, shell = inside_round_trips(sb, args.runs)
         first = first_byte(sb)
         a_mbs, c_mbs = throughput(sb, args.mb) if args.mb else (0.0, 0.0)
@@ -265,6 +283,8 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
     p_med = statistics.median(pipe)
     print(f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
           f"| {p_med * ms:.2f} ms | {a_med / p_med:.2f}x slower |")  # fmt: skip
+    print(f"| the same, one every 20 ms as a model's session sends them (median) | {spaced[0] * ms:.2f} ms "
+          f"| {spaced[1] * ms:.2f} ms | {spaced[0] / spaced[1]:.2f}x slower |")  # fmt: skip
     if early:
         print(f"| `true` round trip in the first {args.settle:g} s after the start ({len(early)} runs, median) "
               f"| {statistics.median(early) * ms:.2f} ms | | |")  # fmt: skip
