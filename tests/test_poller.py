@@ -93,22 +93,53 @@ def test_a_socket_closed_after_it_was_registered_can_still_be_unregistered() -> 
 
 
 def test_the_loop_looks_for_the_next_request_only_while_requests_come_back_to_back() -> None:
-    """pace.NextLook: a request within LOOK_SECONDS of the loop going idle makes the loop look for the
-    next one without sleeping, once; a later one (a model's next turn) or a slow command ends it."""
-    from sandshell_agent.pace import LOOK_SECONDS, NextLook
+    """pace.NextLook: a request within LOOK_LIMIT of the loop going idle makes the loop look for the
+    next one without sleeping, for twice that gap, once; a later one (a model's next turn) or a slow
+    command ends it."""
+    from sandshell_agent.pace import LOOK_LIMIT, NextLook
 
-    pace, t = NextLook(), 100.0
+    pace, t = NextLook(throttled=lambda: 0), 100.0
     assert pace.idle(t, quick=True) == 0.0  # the first command after a start: nothing says they come fast
     pace.request(t + 2.0)  # seconds later, as a model's turn comes
     assert pace.idle(t + 2.001, quick=True) == 0.0
-    pace.request(t + 2.001 + LOOK_SECONDS / 2)  # back to back
-    assert pace.idle(t + 2.002, quick=True) == LOOK_SECONDS
+    pace.request(t + 2.001 + LOOK_LIMIT / 4)  # back to back: looked for twice as long as it took
+    assert pace.idle(t + 2.002, quick=True) == pytest.approx(LOOK_LIMIT / 2)
     assert pace.idle(t + 2.003, quick=True) == 0.0  # once a request: an event that was not the next one ends it
-    pace.request(t + 2.004)  # (the idle time counts from the first turn without a command: 2.002)
+    pace.request(t + 2.003 + LOOK_LIMIT / 4)  # idle since 2.002 (its first idle turn, not its last, at 2.003): late
     assert pace.idle(t + 2.005, quick=True) == 0.0
-    pace.request(t + 2.005 + LOOK_SECONDS / 3)
-    assert pace.idle(t + 2.006, quick=False) == 0.0  # the command was not quick: its end was waited for asleep
-    pace.request(t + 2.006 + LOOK_SECONDS * 2)  # idle since 2.006, and the request came after the look's time
-    assert pace.idle(t + 2.007, quick=True) == 0.0
-    pace.request(t + 2.007 + LOOK_SECONDS / 2)  # back to back again, after a quick command: looked for
-    assert pace.idle(t + 2.008, quick=True) == LOOK_SECONDS
+    pace.request(t + 2.005 + LOOK_LIMIT * 0.9)  # within the limit, where twice the gap is past it: the limit
+    assert pace.idle(t + 2.007, quick=False) == 0.0  # but the command was not quick: its end was waited for asleep
+    pace.request(t + 2.007 + LOOK_LIMIT * 2)  # the gap past the limit
+    assert pace.idle(t + 2.009, quick=True) == 0.0
+    pace.request(t + 2.009 + LOOK_LIMIT * 0.9)
+    assert pace.idle(t + 2.010, quick=True) == LOOK_LIMIT
+
+
+def test_the_loop_does_not_look_for_a_while_once_the_cpu_limit_held_the_container_back() -> None:
+    """A look spends the container's CPU: in a loop of 0.3 ms commands the looks had tripled the time
+    its CPU limit held it back (docs/benchmarks.md). Once that count moves, no look for HOLD_OFF."""
+    from sandshell_agent.pace import HOLD_OFF, LOOK_LIMIT, NextLook, Throttled
+
+    count = [3]
+    pace, t = NextLook(throttled=lambda: count[0]), 100.0
+
+    def turn(at: float) -> float:  # a command, idle, another asked for just after, then idle again
+        pace.request(at)
+        pace.idle(at + 0.001, quick=True)
+        pace.request(at + 0.001 + LOOK_LIMIT / 4)
+        return pace.idle(at + 0.002, quick=True)
+
+    assert turn(t) == pytest.approx(LOOK_LIMIT / 2)
+    count[0] = 4  # held back once
+    assert turn(t + 0.01) == 0.0
+    assert turn(t + 0.01 + HOLD_OFF / 2) == 0.0  # still holding off, though the count stays
+    assert turn(t + 0.02 + HOLD_OFF) == pytest.approx(LOOK_LIMIT / 2)
+    now = t + 0.03 + HOLD_OFF
+    count[0] = 5  # held back again soon after the hold ended: twice as long now
+    assert turn(now) == 0.0
+    assert turn(now + HOLD_OFF * 1.5) == 0.0
+    assert turn(now + HOLD_OFF * 2.5) == pytest.approx(LOOK_LIMIT / 2)
+    count[0] = 6  # long after: the first hold again
+    later = now + 100
+    assert turn(later) == 0.0 and turn(later + HOLD_OFF * 1.5) == pytest.approx(LOOK_LIMIT / 2)
+    assert isinstance(Throttled()(), int)  # the real one here: the host's cgroup, or 0 without one
