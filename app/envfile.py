@@ -18,9 +18,14 @@ def read(path: str | Path) -> tuple[dict[str, str], list[str]]:
     for other programs (`my-key=1`, a bare `HTTP_PROXY`) are theirs: left alone, as before."""
     errors: list[str] = []
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")  # read once: checked and parsed alike
+        raw = Path(path).read_bytes()  # read once: checked and parsed alike
     except OSError as e:
         return {}, [f"cannot read {path} ({e.strerror or e}): make it readable, or move it away"]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # (a value's bytes replaced would pass unseen into a token or a path)
+        line = raw.count(b"\n", 0, e.start) + 1
+        return {}, [f"line {line} of {path} is not UTF-8 text (byte {raw[e.start]:#04x}): save the file as UTF-8"]
     for binding in parse_stream(io.StringIO(text)):
         key, line = binding.key, binding.original.line
         shown = binding.original.string.strip()[:80]

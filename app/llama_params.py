@@ -31,13 +31,19 @@ _RESERVED = {
     "logprobs",  # sandshell shows no log-probabilities (and the two call paths type it differently)
 }
 # Parameters llama.cpp takes that a user means as something else: what to set instead.
-_MEANT = {"model": "LLAMA_MODEL is only the name a reply reports; the model file is LLAMA_MODEL_PATH"}
+_MEANT = {
+    "model": "LLAMA_MODEL is not a setting: the model file is LLAMA_MODEL_PATH, and the model an OpenAI-compatible"
+    " server is asked for is LLAMA_OPENAI_MODEL"
+}
 
 
 def near_miss(env: str, known: Collection[str]) -> str:
-    """' (did you mean X?)' for a setting's name that is nearly one of `known`, else ''."""
-    close = difflib.get_close_matches(env, known, n=1, cutoff=0.8)
-    return f" (did you mean {close[0]}?)" if close else ""
+    """' (did you mean X?)' for a setting's name that is nearly one of `known` of the same prefix
+    (compared after it: the shared prefix alone made SANDSHELL_HOST look like SANDSHELL_HOME), else ''."""
+    prefix = next((p for p in ("LLAMA_", "SANDSHELL_") if env.startswith(p)), "")
+    names = {k[len(prefix) :]: k for k in known if k.startswith(prefix)}
+    close = difflib.get_close_matches(env[len(prefix) :], names, n=1, cutoff=0.8)
+    return f" (did you mean {names[close[0]]}?)" if close else ""
 
 
 def llama_signatures() -> tuple[dict[str, inspect.Parameter], dict[str, inspect.Parameter]]:
@@ -76,6 +82,8 @@ def llama_params(
         name = env[len("LLAMA_") :].lower()
         target = load_params if name in init else sampling if name in chat else None
         param = init.get(name) or chat.get(name)
+        if raw == "" and name in _MEANT:
+            continue  # (empty: as if not set, as every setting)
         if name in _MEANT:
             errors.append(_MEANT[name])
             continue
@@ -83,7 +91,8 @@ def llama_params(
             errors.append(f"{env} is chosen by sandshell itself and cannot be set")
             continue
         if target is None or param is None or name in ("self", "kwargs"):
-            errors.append(f"{env} is not a setting sandshell or llama.cpp knows{near_miss(env, known)}")
+            offered = {*known, *(f"LLAMA_{n.upper()}" for n in {*init, *chat} - _RESERVED - {"self", "kwargs"})}
+            errors.append(f"{env} is not a setting sandshell or llama.cpp knows{near_miss(env, offered)}")
             continue
         if raw == "":
             continue

@@ -86,7 +86,10 @@ class BashPipe:
         self.proc.stdin.write(b"true; echo " + sentinel + b"\n")
         buf = b""
         while sentinel not in buf:
-            buf += os.read(self.proc.stdout.fileno(), 4096)
+            got = os.read(self.proc.stdout.fileno(), 4096)
+            if not got:
+                raise SystemExit(f"the bash pipe's bash ended (exit {self.proc.wait()}); the bench cannot go on")
+            buf += got
         self.times.append(time.perf_counter() - t)
 
     def close(self) -> None:
@@ -132,6 +135,8 @@ def spaced_round_trips(sb: Sandbox, runs: int, gap: float = 0.02) -> tuple[float
     as a session driven by a model sends them (its turns take seconds): every process on the way has
     gone to sleep, and its caches cold, when the command comes. The target's measure sends them back to back."""
     pipe, agent = BashPipe(sb), []
+    pipe.round_trip()  # (its first, as a new `docker exec -i` starts, is not counted)
+    del pipe.times[:]
     for _ in range(runs):
         time.sleep(gap)
         t = time.perf_counter()

@@ -35,6 +35,18 @@ def test_free_form_llama_parameters_are_typed() -> None:
     assert s.sampling == {"temperature": 0.2, "top_k": 7, "mirostat_mode": 2}
 
 
+def test_a_near_miss_names_only_a_setting_of_the_same_kind_that_is_close() -> None:
+    from sandshell.llama_params import near_miss
+
+    known = ["SANDSHELL_HOME", "SANDSHELL_TRANSPORT", "SANDSHELL_API_TOKEN", "SANDSHELL_PROFILE", "LLAMA_MODEL_PATH"]
+    for far in ("SANDSHELL_HOST", "SANDSHELL_API_PORT", "SANDSHELL_PORT", "SANDSHELL_API_HOST", "LLAMA_MODEL_NAME"):
+        assert near_miss(far, known) == "", far  # (the shared prefix made each look close)
+    assert near_miss("SANDSHELL_PROFLE", known) == " (did you mean SANDSHELL_PROFILE?)"
+    assert near_miss("LLAMA_MODEL_PAT", known) == " (did you mean LLAMA_MODEL_PATH?)"
+    assert near_miss("SANDSHELL_MODEL_PAT", known) == ""  # (not across prefixes)
+    assert config.load(env_file=None, environ={"LLAMA_MODEL": ""}).sampling == {}  # empty: as if not set
+
+
 @pytest.mark.parametrize(
     ("environ", "words"),
     [
@@ -55,7 +67,8 @@ def test_free_form_llama_parameters_are_typed() -> None:
         ({"SANDSHELL_PROFLE": "locked"}, "sandshell knows (did you mean SANDSHELL_PROFILE?)"),
         ({"SANDSHELL_BANANA": "1"}, "SANDSHELL_BANANA is not a setting sandshell knows (see"),
         ({"LLAMA_EXIT_TIMOUT": "5"}, "llama.cpp knows (did you mean LLAMA_EXIT_TIMEOUT?)"),
-        ({"LLAMA_MODEL": "/nope.gguf"}, "LLAMA_MODEL is only the name a reply reports; the model file is LLAMA_MODEL_"),
+        ({"LLAMA_MODEL": "/nope.gguf"}, "the model file is LLAMA_MODEL_PATH, and the model an OpenAI-compatible"),
+        ({"LLAMA_TEMPERATUR": "0.2"}, "llama.cpp knows (did you mean LLAMA_TEMPERATURE?)"),
         ({"LLAMA_STOP": "</s>"}, "LLAMA_STOP is chosen by sandshell itself"),
         ({"LLAMA_MAX_EXIT_TIMEOUT": "nan"}, "LLAMA_MAX_EXIT_TIMEOUT must be a finite number"),
         ({"LLAMA_MAX_EXIT_TIMEOUT": "inf", "LLAMA_EXIT_TIMEOUT": "inf"}, "must be a finite number"),
@@ -106,3 +119,6 @@ def test_a_dotenv_line_that_is_not_name_value_is_a_bad_setting_not_a_silent_defa
                    "SANDSHELL_WORKSPACE=${NOT_SET_ANYWHERE:-/srv}/ws\n")  # (others' lines; ${} expanded)  # fmt: skip
     s = config.load(env_file=env, environ={})
     assert (s.exit_timeout, s.max_tokens, s.workspace) == (7.0, 200, "/srv/ws")
+    env.write_bytes(b"LLAMA_MAX_TOKENS=200\nSANDSHELL_API_TOKEN=caf\xe9\n")  # latin-1 (a traceback, then U+FFFD)
+    with pytest.raises(SettingsError, match=r"line 2 of .* is not UTF-8 text \(byte 0xe9\): save the file as UTF-8"):
+        config.load(env_file=env, environ={})

@@ -86,9 +86,9 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse({"detail": one_sentence(e.errors())}, status_code=422)
 
     def authorized(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
-        given = auth.from_header(authorization) or request.cookies.get(auth.COOKIE)
-        if not auth.matches(given, service.token):
-            raise HTTPException(401, auth.refusal(authorization, given), headers={"WWW-Authenticate": "Bearer"})
+        cookie = request.cookies.get(auth.COOKIE)
+        if not auth.matches(auth.from_header(authorization) or cookie, service.token):
+            raise HTTPException(401, auth.refusal(authorization, cookie), headers={"WWW-Authenticate": "Bearer"})
 
     Auth = [Depends(authorized)]
 

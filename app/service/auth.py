@@ -16,7 +16,6 @@ from sandshell.config import Settings
 from sandshell.errors import SandshellError
 
 COOKIE = "sandshell_token"
-TOKEN_WHERE = "SANDSHELL_API_TOKEN or sessions/.service/api-token"
 
 
 def token_file(settings: Settings) -> Path:
@@ -60,10 +59,12 @@ def from_header(value: str | None) -> str | None:
     return None
 
 
-def refusal(authorization: str | None, given: str | None) -> str:
-    """Why a request was not let in, in one sentence: no token, a header of another kind, or the wrong token."""
-    if given:
-        return f"the bearer token is wrong: it is not this server's ({TOKEN_WHERE})"
-    if authorization:
+def refusal(authorization: str | None, cookie: str | None) -> str:
+    """Why a request was not let in, in one sentence: no token, a header of another kind, or a token
+    that is not this server's (where the server keeps its token is not said to a stranger)."""
+    kind = (authorization or "bearer ").lstrip()[:7].lower()
+    if kind not in ("bearer ", "bearer"):
         return "the Authorization header is not a bearer token: send 'Authorization: Bearer <token>'"
+    if from_header(authorization) or cookie:
+        return "the token is wrong: it is not this server's"
     return "a bearer token is needed (Authorization: Bearer <token>)"

@@ -64,8 +64,10 @@ def one_sentence(errors: Sequence[Any]) -> str:
     parts = []
     for e in list(errors)[:5]:
         if e.get("type") == "json_invalid":  # (its place is ("body", offset), its msg "JSON decode error")
-            at, why = e.get("loc", ("", "?"))[-1], (e.get("ctx") or {}).get("error", "")
-            return f"the request body is not valid JSON (at character {at}: {why or 'malformed'}); see /docs"
+            loc, ctx = e.get("loc") or (), e.get("ctx")
+            at = f"at character {loc[-1]}: " if loc and isinstance(loc[-1], int) else ""
+            why = ctx.get("error") if isinstance(ctx, dict) else None
+            return f"the request body is not valid JSON ({at}{why or 'malformed'}); see /docs"
         where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "the body"
         parts.append(f"{where}: {e.get('msg', 'is not valid')}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
