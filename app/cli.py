@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -22,12 +23,11 @@ def prepare(for_start: bool = False) -> int:
     from sandshell.sandbox import engine
     from sandshell.sandbox.image import ensure_image
 
+    later: tuple[type[SandshellError], ...] = (SandshellError,) if for_start else ()  # (said by what runs next)
     try:
         settings = config.load()
-    except SandshellError:
-        if for_start:
-            return 0
-        raise
+    except later:
+        return 0
     client = engine.client(settings)
     for name in engine.reap(client):
         say(f"removed leftover container {name}")
@@ -37,11 +37,8 @@ def prepare(for_start: bool = False) -> int:
 
     init_workspace(settings)
     if settings.backend == "llama":
-        try:
+        with contextlib.suppress(*later):
             resolve_model_path(settings)
-        except SandshellError:
-            if not for_start:
-                raise
     say(f"sandbox image {tag} ready")
     return 0
 

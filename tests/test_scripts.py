@@ -125,6 +125,12 @@ def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
     assert proc.stderr.count("the model file /nope/m.gguf does not exist") == 1, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "error" and "/nope/m.gguf" in result["error"]
+    env = env_for(tmp_path, workspace, LLAMA_EXIT_TIMEOUT="soon")  # a bad setting: the same
+    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("LLAMA_EXIT_TIMEOUT='soon' is not a valid float") == 1, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "error"
 
 
 def test_start_sh_help_is_only_help(tmp_path: Path, workspace: Path) -> None:

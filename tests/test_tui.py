@@ -163,13 +163,14 @@ async def test_a_take_over_while_an_action_waits_for_approval_is_told_queued_and
     """Found by a newcomer's trial: nothing showed the command was taken, so it was typed again and ran twice."""
     s = settings_for(workspace, tmp_path, {"bash": "echo model"}, {"done": "x"}, approval=True)
     app = live_app(s)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:  # (toasts drawn, as a user sees them)
         await wait_for(pilot, lambda: app.pending is not None)
         await pilot.press("t")
         await pilot.press(*"echo mine")
         await pilot.press("enter")
         await pilot.pause(0.3)
-        assert any("queued: it runs once you decide" in str(n.message) for n in app._notifications)
+        toasts = " ".join(str(t.render()) for t in app.screen.query("Toast"))  # (as drawn)
+        assert "queued: it runs once you decide" in toasts, toasts
         await pilot.press("y")
         await wait_for(pilot, lambda: app.ended is not None)
         assert log_text(app).count("echo mine   (you)") == 1 and "  model" in log_text(app)
