@@ -1,12 +1,16 @@
 """Text from the model or the sandbox, made harmless where it reaches a person or a program.
 
-Two boundaries, one function each:
+Three boundaries, one function each:
 - `inert` for what a terminal shows (the TUI, the `.cast`, stderr, the last words after quit):
   C0 and C1 controls, DEL, lone surrogates and the bidirectional overrides that reorder what a
   reviewer reads become visible text (`^[`, `\\x07`, `\\u202e`, `\\udc80`); newlines and tabs stay.
   `shown(event)` applies it to every text an event carries, however deep.
 - `json_line` for what a program reads (events.jsonl): JSON whose strings keep the exact text,
   with every control, DEL, C1 and surrogate escaped, so `cat` on it is as harmless as a reader.
+- `for_model` for what a model backend is sent: text it can encode. A lone surrogate (a cwd that is
+  not UTF-8, `cd $'/tmp/\xff'`, comes as its bytes surrogate-escaped) is written as the byte it
+  stands for (`\xff`) or as its code (`\udc00`); an OpenAI-compatible request raised on it and
+  ended the session (an attacker's review).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import re
 import sys
 from typing import Any, TypeVar
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 # json.dumps escapes C0 itself; the rest would reach a terminal that `cat`s the file
 _JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -34,6 +39,16 @@ def _visible(m: re.Match[str]) -> str:
 def inert(text: str) -> str:
     """`text` with nothing a terminal would act on: controls shown as text, newlines and tabs kept."""
     return _CONTROL.sub(_visible, text)
+
+
+def for_model(text: str) -> str:
+    """`text` as a model backend can send it: every lone surrogate written out as an escape."""
+    return _SURROGATE.sub(_byte_or_code, text) if not text.isascii() else text
+
+
+def _byte_or_code(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
 
 
 def shown(value: T) -> T:

@@ -50,6 +50,15 @@ def test_the_default_model_needs_no_configuration(backend: LlamaBackend) -> None
     assert backend.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and backend.n_ctx == 4096
 
 
+def test_a_prompt_with_a_lone_surrogate_is_counted_and_generated_from(backend: LlamaBackend) -> None:
+    """A cwd that is not UTF-8 (`cd $'/tmp/\\xff'`) reaches the prompt as a lone surrogate: the tokenizer
+    raised UnicodeEncodeError on it (an attacker's review, on the OpenAI backend); now written as `\\xff`."""
+    messages = [*MESSAGES, {"role": "user", "content": "0 root@sandbox:/tmp/\udcff # \ud83d"}]
+    assert backend.count(messages) > backend.count(MESSAGES)
+    assert any(isinstance(x, Stats) for x in backend.stream(messages, {"max_tokens": 4}))
+    assert messages[-1]["content"].endswith("/tmp/\udcff # \ud83d")  # (the caller's messages are left as they are)
+
+
 def test_constrained_answers_always_parse(backend: LlamaBackend, settings: Settings) -> None:
     """Every answer parses, or (the only way a constrained answer can fail) was cut by max_tokens."""
     model = Model(backend, settings)

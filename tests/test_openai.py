@@ -114,3 +114,19 @@ def test_the_context_size_is_asked_of_a_llama_server() -> None:
         assert backend.n_ctx == 12288 and "from the server" in backend.description
     finally:
         httpd.shutdown()
+
+
+def test_a_cwd_that_is_not_utf8_reaches_the_model_server_as_an_escape(server: str, tmp_path: Path) -> None:
+    """An attacker's review: one `cd $'/tmp/\\xff'` put a lone surrogate (the byte, escaped) into the next
+    prompt, the request's body could not be encoded, and the session ended "failed unexpectedly"."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    s = config.load(env_file=None, environ={}).replace(
+        backend="openai", openai_base_url=server, openai_model="smollm2", max_tokens=32,
+        workspace=str(ws), sessions_dir=str(tmp_path / "sessions"), intro=False,
+    )  # fmt: skip
+    control = Control()
+    control.take_over("mkdir -p $'/tmp/\\xff' && cd $'/tmp/\\xff' && pwd")
+    out = run_task("Say where you are.", 120, 1, settings=s, control=control)
+    assert out["status"] != "error" and out["turns"] >= 1, out["error"]
+    assert any("/tmp/\\xff" in line for line in out["log"]), out["log"][-10:]

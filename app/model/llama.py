@@ -12,7 +12,7 @@ from typing import Any
 from sandshell.config import Settings
 from sandshell.errors import ModelError
 from sandshell.model import actions, sampling
-from sandshell.model.types import Message, Stats
+from sandshell.model.types import Message, Stats, sendable
 
 
 def default_model_path() -> Path:
@@ -87,6 +87,7 @@ class LlamaBackend:
         return tokens, stop
 
     def count(self, messages: list[Message]) -> int:
+        messages = sendable(messages)
         if self.formatter is not None:
             return len(self._prompt(messages)[0])
         text = "".join(m["content"] for m in messages)
@@ -105,7 +106,7 @@ class LlamaBackend:
         return out[-sampling.PENALTY_WINDOW :]
 
     def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
-        start = time.perf_counter()
+        start, messages = time.perf_counter(), sendable(messages)
         stats = Stats()
         pieces: Iterator[tuple[str, bool]]
         if self.formatter is not None:

@@ -18,7 +18,7 @@ import httpx
 from sandshell.config import Settings
 from sandshell.errors import ContextOverflow, ModelError
 from sandshell.model import actions
-from sandshell.model.types import Message, Stats
+from sandshell.model.types import Message, Stats, sendable
 
 ACTION_SCHEMA: dict[str, Any] = {
     "type": "array",
@@ -90,7 +90,8 @@ class OpenAIBackend:
         return int((sum(len(m["content"]) for m in messages) / 3.2 + 6 * len(messages)) * self.scale)
 
     def _body(self, messages: list[Message], params: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.settings.openai_model, "messages": messages, "stream": True, **params}
+        body: dict[str, Any] = {"model": self.settings.openai_model, "messages": sendable(messages), "stream": True,
+                                **params}  # fmt: skip
         mode = MODES[self.mode_index]
         if mode == "grammar":
             body["grammar"] = actions.GRAMMAR
