@@ -84,6 +84,25 @@ def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: 
         assert r.output == "alive\n" and r.return_code == 0 and not r.restarted, r
 
 
+def test_a_cwd_too_long_to_name_is_said_so_not_shown_as_slash(box: Sandbox) -> None:
+    """An attacker's review: 25 folders of 200 characters made a cwd of 5,029 bytes, which neither
+    bash's record (CWD_MAX) nor the kernel's readlink gives. The result said "/", a relative file
+    action went to the agent's own cwd (/app), and after `kill -9 $$` the new shell started in /app
+    under "a new one started in the same cwd", with no word of the folder it could not return to."""
+    x, loop = "x" * 200, box.hello.get("shell") == "loop"
+    deep = "/tmp/" + "/".join([x] * 25)  # (the bash functions say $PWD whole: the agent keeps what they say)
+    said = "(a folder whose path is over 4,096 bytes)" if loop else deep
+    r = box.execute(f"cd /tmp && for i in $(seq 1 25); do mkdir -p {x} && cd {x}; done; echo ${{#PWD}}")
+    assert r.output == "5029\n" and r.cwd == said, r
+    with pytest.raises(SandboxError, match=r"give 'rel\.txt' as a full path" if loop else "too long"):
+        box.write_file("rel.txt", "hello")
+    assert box.read_file("rel.txt").error is not None and not (box.workspace / "rel.txt").exists()
+    r = box.execute("kill -9 $$")
+    assert r.restarted and r.cwd == "/app" and "same cwd" not in (r.error or ""), r
+    told = f"could not return to {said}" if loop else f"could not enter {deep}"
+    assert r.notice and f"{told} and started in /app" in r.notice.replace(" (gone, or not permitted)", ""), r
+
+
 def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox) -> None:
     """`TMOUT` is read's default timeout; hardened profiles set it (often readonly). A command bash
     has not finished reading when it runs out was cut short, and the rest of it (here the body of

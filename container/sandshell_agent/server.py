@@ -19,7 +19,7 @@ from .pace import NextLook
 from .poller import Poller
 from .runner import Runner
 from .settings import Config
-from .shell import Shell, loop_loads
+from .shell import LONG_CWD, Shell, loop_loads
 from .stdio import StdioChannel
 from .watchdog import OomScoreWatch, PidWatchdog
 
@@ -76,7 +76,7 @@ class Agent:
     def _hello(self) -> dict[str, Any]:
         r = self.runner
         running = r.cmd.id if r.cmd else None
-        return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.cwd,
+        return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.cwd or LONG_CWD,
                 "running": running, "shell": "loop" if r.shell.loop else "wrapper",
                 "code": "compiled" if compiled(__name__) else "source"}  # fmt: skip
 
@@ -111,6 +111,9 @@ class Agent:
         why = refusal("path", raw) or (refusal("content", content) if kind == "write" else None)
         if why:
             self.channel.send(error(rid, "bad_request", why))
+            return
+        if not raw.startswith("/") and not self.shell.cwd:  # (joined to "", it was the agent's own cwd)
+            self.channel.send(error(rid, "bad_request", f"the shell is in {LONG_CWD}: give {raw!r} as a full path"))
             return
         path = raw if raw.startswith("/") else os.path.join(self.shell.cwd, raw)
         if kind == "read":

@@ -33,6 +33,9 @@ from .wrapper import (
 
 OUTPUT_BUFFER = 1 << 20  # bash's stdout/stderr send buffer (default 208 KiB; the kernel doubles it)
 LOOP_LIBRARY = os.path.join(AGENT_HOME, "bashloop.so")  # built with the image
+# What stands for a cwd whose path neither bash (bashloop.c's CWD_MAX) nor the kernel's readlink will
+# give: over PATH_MAX. Said as the result's cwd, not "" (the host showed "/" for it: a review).
+LONG_CWD = "(a folder whose path is over 4,096 bytes)"
 
 
 def loop_loads(library: str = LOOP_LIBRARY) -> bool:
@@ -118,11 +121,12 @@ class Shell:
         wanted = self.cwd
         places = (self.cwd, self.first_cwd, "/")
         self.proc, self.cwd, killed = spawn.bash(places, self.home, control_r, out_w, err_w, (status_w, ready_w))
-        self.unreachable = wanted if self.cwd != wanted else None
+        self.unreachable = (wanted or LONG_CWD) if self.cwd != wanted else None
         self.news = [news for news, told in (
             (f"a new shell ended while it read the saved state back; one started in {self.cwd} without it"
              " (exports and functions are lost)", self.fell_back),
-            (f"the new shell could not enter {wanted} (gone, or not permitted) and started in {self.cwd}",
+            (f"the new shell could not enter {wanted} (gone, or not permitted) and started in {self.cwd}"
+             if wanted else f"the new shell could not return to {LONG_CWD} and started in {self.cwd}",
              self.unreachable),
             (f"the container's process limit was full as a new shell had to start: {killed} processes"
              " left by earlier commands were killed to make room", killed),
