@@ -103,6 +103,23 @@ def test_a_cwd_too_long_to_name_is_said_so_not_shown_as_slash(box: Sandbox) -> N
     assert r.notice and f"{told} and started in /app" in r.notice.replace(" (gone, or not permitted)", ""), r
 
 
+def test_the_compiled_loop_removed_from_inside_leaves_the_bash_functions_not_a_dead_shell(workspace: Path) -> None:
+    """An attacker's review: root inside removed bashloop.so and killed the shell; every later command
+    ended with exit 3 ("cannot open shared object") under a notice about the saved state."""
+    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5)
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        assert sb.hello.get("shell") == "loop", sb.hello
+        assert sb.execute("cd /tmp && export KEPT=1").ok  # (saved as the command ends: `kill -9` cannot be)
+        r = sb.execute("rm /opt/sandshell/sandshell_agent/bashloop.so && kill -9 $$")
+        assert r.restarted, r
+        r = sb.execute("echo alive $KEPT; pwd")
+        told = "no longer loads (removed or replaced from inside): commands run through the bash functions"
+        assert told in (r.notice or "") and r.output == "alive 1\n/tmp\n", r  # (and bash's own error not in it)
+        for _ in range(3):
+            r = sb.execute("echo alive $KEPT; pwd")
+            assert r.output == "alive 1\n/tmp\n" and r.return_code == 0 and not r.restarted, r
+
+
 def test_a_short_tmout_never_runs_part_of_a_command_as_shell_input(box: Sandbox) -> None:
     """`TMOUT` is read's default timeout; hardened profiles set it (often readonly). A command bash
     has not finished reading when it runs out was cut short, and the rest of it (here the body of

@@ -96,6 +96,11 @@ class Shell:
         # command would run again. A fresh one (`fell_back`: the agent says so). One the agent killed
         # there (a command timed out while a big state was read back) gets one more try first.
         unready = restore and self.proc is not None and not self.finished_setup()
+        # Root inside may remove or replace the compiled loop: a shell that then died in its setup
+        # gets the bash functions from now on (every later command had ended with exit 3).
+        lost_loop = unready and self.loop and not loop_loads()
+        if lost_loop:
+            self.loop, unready = False, False  # (not the state: that is kept)
         self.fell_back = unready and (not self.killed_unready or self.tries > 0)
         self.tries = self.tries + 1 if unready and not self.fell_back else 0
         self.killed_unready = False
@@ -130,6 +135,8 @@ class Shell:
              self.unreachable),
             (f"the container's process limit was full as a new shell had to start: {killed} processes"
              " left by earlier commands were killed to make room", killed),
+            (f"the compiled command loop ({LOOP_LIBRARY}) no longer loads (removed or replaced from inside):"
+             " commands run through the bash functions from now on", lost_loop),
         ) if told]  # fmt: skip
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         try:  # its status channel closes a moment before it is gone: this says when it is
@@ -157,7 +164,8 @@ class Shell:
             # Loaded and started before anything of the model's is back (it comes back in the loop's
             # setup): no function of its can stand in for them. Bash reads nothing more of its input
             # after this line; should the loop not start or ever return, the shell ends.
-            prelude.append(f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop __ss_end || builtin exit 3")
+            load = f"builtin enable -f {shlex.quote(LOOP_LIBRARY)} __ss_loop __ss_end"
+            prelude.append(f"{load} 2>/dev/null || builtin exit 3")  # (gone: `start` says so, not bash)
             args = (STATUS_FD, ERROR_FD, shlex.quote(self.state_dir), saved, shlex.quote("\n".join(setup)), ready_w)
             prelude.append(f"__ss_loop {' '.join(map(str, (*args, *self.cpus.loop_args())))}; builtin exit 3")
         else:
