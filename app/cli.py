@@ -182,8 +182,7 @@ def summary(app: Any) -> int:
     say(f"session {e.status}" + (f": {e.result}" if e.result else ""))
     if e.error:
         say(f"why: {e.error}")
-    turns = f"{e.turns} turn" + ("" if e.turns == 1 else "s")
-    say(f"{turns} in {e.seconds:.0f}s · tokens in {e.tokens_in:,}, out {e.tokens_out:,}")
+    say(f"{e.turns_said} in {e.seconds:.0f}s · tokens in {e.tokens_in:,}, out {e.tokens_out:,}")
     if app.recording is not None:
         say(f"recorded in {app.recording}; watch it again with: ./start.sh replay {app.recording}")
     return 1 if e.status == "error" else 0

@@ -82,10 +82,8 @@ def llama_params(
         name = env[len("LLAMA_") :].lower()
         target = load_params if name in init else sampling if name in chat else None
         param = init.get(name) or chat.get(name)
-        if raw == "" and name in _MEANT:
-            continue  # (empty: as if not set, as every setting)
         if name in _MEANT:
-            errors.append(_MEANT[name])
+            errors += [_MEANT[name]] if raw else []  # (empty: as if not set, as every setting)
             continue
         if name in _RESERVED:
             errors.append(f"{env} is chosen by sandshell itself and cannot be set")

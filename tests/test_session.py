@@ -437,3 +437,15 @@ def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: 
     helped = subprocess.run([sys.executable, "-m", "sandshell.cli", "--help"], capture_output=True, text=True,
                             env=env, cwd=REPO, timeout=60)  # fmt: skip
     assert helped.returncode == 0 and "eval" in helped.stdout
+
+
+def test_how_a_session_ended_reads_the_same_in_the_ui_and_the_transcript() -> None:
+    """One line, one place (`SessionEnded.line`), with "1 turn" for one: the UI said it right and the
+    headless transcript "1 turns"."""
+    one = events.SessionEnded("done", "hello", None, 1, 2.04)
+    assert one.line() == "session done: hello · 1 turn · 2.0s" and one.turns_said == "1 turn"
+    failed = events.SessionEnded("error", None, "boom", 3, 0.5)
+    assert failed.line() == "session error (boom) · 3 turns · 0.5s"
+    from sandshell.session.transcript import render
+
+    assert "session done: hello · 1 turn · 2.0s" in render(one, color=False)

@@ -8,6 +8,7 @@ reaped, the model loaded (or, for the openai backend, its server waited for), th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -77,13 +78,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
     from sandshell.service.api import create_app
 
     s = settings or config.load()
-    listeners = listen(host, port)
-    try:
-        claim = claim_sessions(s.path(s.sessions_dir))  # (held while this process lives)
-    except BaseException:
-        _close(listeners)
-        raise
-    try:
+    with contextlib.ExitStack() as held:  # (the sockets and the claim let go of on every way out)
+        listeners = listen(host, port)
+        held.callback(_close, listeners)
+        held.enter_context(claim_sessions(s.path(s.sessions_dir)))  # (held while this process lives)
         service = Service(s)
         shown = "localhost" if host in ("0.0.0.0", "::") else host
         url = f"http://{shown}:{port}"
@@ -98,13 +96,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
             f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} tasks at once; model: {service.models.description}"
         )
         server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=5))
-        try:
+        with contextlib.suppress(KeyboardInterrupt):  # (uvicorn says Ctrl-C again once it has shut down: a stop)
             server.run(sockets=listeners)
-        except KeyboardInterrupt:
-            pass  # (uvicorn says Ctrl-C again once it has shut down; a stop, as uvicorn.run took it)
-    finally:
-        claim.close()
-        _close(listeners)
     return 0
 
 

@@ -114,6 +114,15 @@ class SessionEnded:
     tokens_in: int = 0  # prompt tokens evaluated (not counting those reused from the cache)
     tokens_out: int = 0
 
+    @property
+    def turns_said(self) -> str:
+        return f"{self.turns} turn" + ("" if self.turns == 1 else "s")
+
+    def line(self) -> str:
+        """How it ended, in one line: `session done: the result (the error) · 3 turns · 4.2s`."""
+        text = f"session {self.status}" + (f": {self.result}" if self.result else "")
+        return text + (f" ({self.error})" if self.error else "") + f" · {self.turns_said} · {self.seconds:.1f}s"
+
 
 Event = (
     SessionStarted

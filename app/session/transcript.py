@@ -58,9 +58,7 @@ def render(event: ev.Event, color: bool = True) -> str:
     if isinstance(event, ev.ConfigChanged):
         return _paint(f"[config] {event.before} → {event.after}", MAGENTA, color=c) + "\n"
     if isinstance(event, ev.SessionEnded):
-        text = f"\nsession {event.status}" + (f": {event.result}" if event.result else "")
-        text += f" ({event.error})" if event.error else ""
-        return _paint(text + f" · {event.turns} turns · {event.seconds:.1f}s", BOLD, color=c) + "\n"
+        return _paint("\n" + event.line(), BOLD, color=c) + "\n"
     return ""
 
 

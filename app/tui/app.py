@@ -208,12 +208,7 @@ class SandshellApp(Steering, App[None]):
             )
         elif isinstance(event, ev.SessionEnded):
             self.ended = event
-            text = f"session {event.status}" + (f": {event.result}" if event.result else "")
-            text += f" ({event.error})" if event.error else ""
-            turns = f"{event.turns} turn" + ("" if event.turns == 1 else "s")
-            self._line(
-                PROMPT if event.status == "done" else WARN, f"{text} · {turns} · {event.seconds:.1f}s — press q to quit"
-            )
+            self._line(PROMPT if event.status == "done" else WARN, f"{event.line()} — press q to quit")
             self.status.set_state(f"session {event.status}")
             self.refresh_bindings()
         self.status.refresh_bar()

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from . import execstate, files, procs
 from .command import Command, Limits, read_output
 from .poller import Poller
-from .shell import LONG_CWD, Shell
+from .shell import Shell
 from .wrapper import STOP_SIGNAL
 
 SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
@@ -290,7 +290,7 @@ class Runner:
         self.notice, self.background = None, []
         if notices:
             extra["notice"] = "; ".join(notices)
-        self.send(cmd.result(code, self.shell.cwd or LONG_CWD, self.user, self.host, **extra))
+        self.send(cmd.result(code, self.shell.shown_cwd, self.user, self.host, **extra))
         # What runs now is not the next command's: taken here, while the host reads the result (a
         # background job's later children are still spared, their parent being in it).
         self.before = self.alive.now()

@@ -76,7 +76,7 @@ class Agent:
     def _hello(self) -> dict[str, Any]:
         r = self.runner
         running = r.cmd.id if r.cmd else None
-        return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.cwd or LONG_CWD,
+        return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.shown_cwd,
                 "running": running, "shell": "loop" if r.shell.loop else "wrapper",
                 "code": "compiled" if compiled(__name__) else "source"}  # fmt: skip
 

@@ -89,6 +89,11 @@ class Shell:
         self.killed_unready = False  # the agent killed it before its setup was through
         self.tries = 0  # shells in a row killed in their setup and started again with the state
 
+    @property
+    def shown_cwd(self) -> str:
+        """The cwd as a result says it ("" inside: not known, over PATH_MAX)."""
+        return self.cwd or LONG_CWD
+
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
         """Start bash; with `restore`, in the last cwd with the last exported env and functions."""
