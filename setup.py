@@ -1,7 +1,7 @@
 """Packaging hook: copy the files sandshell reads at run time into the wheel (`sandshell/_data/`).
 
-They live outside the package in the repository (`system.md` at the root, `container/` beside
-`app/`), so `package-data` cannot name them; everything else is in pyproject.toml.
+They live outside the package in the repository (`system.md` and `container/` at the root), so
+`package-data` cannot name them; everything else is in pyproject.toml.
 """
 
 import shutil

@@ -1,10 +1,10 @@
 """What a quick measure costs when nothing changed, in a tree of many files of two links each.
 
-Run: .venv/bin/python bench/links_bench.py [--files 200000] [--container DIR]
+Run: .venv/bin/python bench/links_bench.py [--files 200000] [--src DIR]
 Builds FILES empty files under a/ with a second link each under b/ (in a temporary folder under
 /tmp), measures the tree once in full with the agent's disk watchdog (`disktree.Tree`, from DIR,
-default this checkout's container/), then times 20 quick measures with nothing changed (what the
-watchdog does every 50 ms while a command runs). Compare agents with `git archive REV container`.
+default this checkout's src/), then times 20 quick measures with nothing changed (what the
+watchdog does every 50 ms while a command runs). Compare agents with `git archive REV src`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=200_000)
-    ap.add_argument("--container", default=str(Path(__file__).resolve().parent.parent / "container"))
+    ap.add_argument("--src", default=str(Path(__file__).resolve().parent.parent / "src"))
     args = ap.parse_args()
-    sys.path.insert(0, args.container)
+    sys.path.insert(0, args.src)
     from sandshell_agent.disktree import Tree
 
     root = tempfile.mkdtemp(prefix="links-bench-", dir="/tmp")

@@ -1,6 +1,6 @@
 """How far a writer through shared mappings gets past a disk limit: no write call, so no inotify event,
 and on fuse-overlayfs no blocks until the pages are written back; the disk watchdog's look through
-/proc flushes such files and measures their folders (`container/sandshell_agent/openfiles.py`).
+/proc flushes such files and measures their folders (`src/sandshell_agent/openfiles.py`).
 
 Run: .venv/bin/python bench/mmap_writer_bench.py [--runs 2] [--mb 50]
 Into /root (the container's own files, the scratch limit) and /app (the workspace limit), each limit

@@ -1,7 +1,7 @@
 """How far a writer into a file deleted while held open gets past the workspace limit while its looks
 through /proc are made slow; with --fast, how far a fast plain writer gets past it then.
 
-Run: .venv/bin/python bench/slow_look_bench.py [--runs 3] [--no-stall] [--fast] [--container DIR]
+Run: .venv/bin/python bench/slow_look_bench.py [--runs 3] [--no-stall] [--fast] [--agent DIR]
 A sandbox with 50 MB limits. Each run first starts 13 processes of 4,000 descriptors each in it (what
 makes a look through /proc as slow as its bounds allow: ~0.3 s), then a command that opens /app/gone,
 deletes it and writes 2 MB every 0.25 s into it (8 MB/s; no folder shows the file, only a look
@@ -10,7 +10,7 @@ does). The limit is reached after ~6.25 s of writing: the time the command ran p
 they are started again for every run.)
 --fast: the writer writes files of 10 MB into /app as fast as it can (~700 MB/s here), and what went
 past is what the host's disk lost beyond the limit, and what the notice says the workspace grew to.
---container DIR: the sandbox image built from another container/ folder (as in watchdog_bench.py).
+--agent DIR: the sandbox image built with the agent package in DIR (as in watchdog_bench.py).
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-stall", action="store_true", help="the writer alone, for comparison")
     ap.add_argument("--fast", action="store_true", help="a fast writer of plain files instead")
-    ap.add_argument("--container", type=Path, help="build the image from this container/ folder")
+    ap.add_argument("--agent", type=Path, help="build the image with the sandshell_agent package in this folder")
     args = ap.parse_args()
-    if args.container:
+    if args.agent:
         from sandshell.sandbox import image
 
-        image.container_dir = lambda: args.container.resolve()  # type: ignore[attr-defined,misc]
+        image.agent_dir = lambda: args.agent.resolve()  # type: ignore[attr-defined,misc]
     if args.fast:
         print("| run | stalled looks | the command ran | the host lost | the notice: grew to |")
     else:

@@ -1,8 +1,8 @@
 """What the agent's disk watchdog costs: the agent's CPU idle, while a quiet command runs, and in a flood.
 
-Run: .venv/bin/python bench/watchdog_bench.py [--seconds 20] [--mb 100] [--container DIR] [--no-limits]
-The agent is the container's PID 1; its CPU (every thread) is read from the host's /proc. --container
-builds the sandbox image from another `container/` folder (an older agent, say, from `git worktree`)
+Run: .venv/bin/python bench/watchdog_bench.py [--seconds 20] [--mb 100] [--agent DIR] [--no-limits]
+The agent is the container's PID 1; its CPU (every thread) is read from the host's /proc. --agent
+builds the sandbox image with the agent package in another folder (an older agent, say, from `git worktree`)
 to compare in the same run conditions; --no-limits turns the disk limits off, so the watchdog
 watches only the workspace (for set-id bits), which is the floor. Prints a Markdown table.
 """
@@ -44,11 +44,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--mb", type=int, default=100)
-    ap.add_argument("--container", type=Path, help="build the image from this container/ folder")
+    ap.add_argument("--agent", type=Path, help="build the image with the sandshell_agent package in this folder")
     ap.add_argument("--no-limits", action="store_true")
     args = ap.parse_args()
-    if args.container:
-        image.container_dir = lambda: args.container.resolve()  # type: ignore[attr-defined]
+    if args.agent:
+        image.agent_dir = lambda: args.agent.resolve()  # type: ignore[attr-defined]
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
     if args.no_limits:
         settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
@@ -81,7 +81,7 @@ def main() -> None:
         took = time.perf_counter() - t
         rows.append((f"2,000 files made and removed outside /app ({took:.1f} s)", (cpu(pid) - c0) * 1000, "ms"))
         n = watches(pid)
-    print(f"(agent from {args.container or image.container_dir()}; limits {'off' if args.no_limits else 'on'}; "
+    print(f"(agent from {args.agent or image.agent_dir()}; limits {'off' if args.no_limits else 'on'}; "
           f"{n} inotify watches)")  # fmt: skip
     print("| the agent's CPU | |")
     print("|---|---|")

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "container"))
-from sandshell.sandbox.image import compile_loop
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from sandshell.sandbox.image import compile_loop, copy_context
 from sandshell_agent.shellenv import EDITOR_STUBS
 from sandshell_agent.wrapper import (
     LENGTH_DIGITS,
@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--state", default="/dev/shm")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.state) as state, tempfile.TemporaryDirectory() as build:
-        shutil.copytree(Path(__file__).resolve().parents[1] / "container", Path(build) / "context")
+        copy_context(Path(build) / "context")
         if not compile_loop(Path(build) / "context", print):
             raise SystemExit("the loop did not compile")
         library = Path(build) / "context" / "sandshell_agent" / "bashloop.so"

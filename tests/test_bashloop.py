@@ -1,4 +1,4 @@
-"""The compiled command loop (container/sandshell_agent/bashloop.c), attacked from inside: it is the
+"""The compiled command loop (src/sandshell_agent/bashloop.c), attacked from inside: it is the
 default, its key and nonces are in no variable, a process that steals the next command off bash's
 input cannot pass a record for it, and no code can be loaded into the shell that reports results."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sandshell.resources import container_dir
+from sandshell.resources import agent_dir
 from sandshell.sandbox.image import compile_loop
 from sandshell.sandbox.sandbox import Sandbox
 
@@ -41,7 +41,7 @@ def test_the_library_needs_nothing_newer_than_glibc_2_17(tmp_path: Path) -> None
     context = tmp_path / "context"
     (context / "sandshell_agent").mkdir(parents=True)
     for name in ("bashloop.c", "blake2s.h"):
-        (context / "sandshell_agent" / name).write_bytes((container_dir() / "sandshell_agent" / name).read_bytes())
+        (context / "sandshell_agent" / name).write_bytes((agent_dir() / name).read_bytes())
     assert compile_loop(context, lambda _m: None)
     symbols = subprocess.run(["objdump", "-T", str(context / "sandshell_agent" / "bashloop.so")],
                              capture_output=True, text=True, check=True).stdout  # fmt: skip
@@ -258,7 +258,7 @@ def test_no_working_compiler_builds_no_library_and_says_so_once(
     context = tmp_path / "context"
     (context / "sandshell_agent").mkdir(parents=True)
     for name in ("bashloop.c", "blake2s.h"):
-        (context / "sandshell_agent" / name).write_bytes((container_dir() / "sandshell_agent" / name).read_bytes())
+        (context / "sandshell_agent" / name).write_bytes((agent_dir() / name).read_bytes())
     monkeypatch.setenv("CC", compiler)
     said: list[str] = []
     assert not compile_loop(context, said.append)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sandshell.resources import container_dir
-from sandshell.sandbox.image import NATIVE, compile_agent
+from sandshell.sandbox.image import NATIVE, compile_agent, copy_context
 from sandshell.sandbox.sandbox import Sandbox
 
 from .conftest import _base_settings
@@ -54,7 +53,7 @@ def test_a_compile_that_fails_leaves_the_sources_and_says_so(tmp_path: Path) -> 
     and no `compiled/` folder. (A type error stops the build before anything is made: the removal
     of a partial set, after a C compiler's failure, is not exercised here.)"""
     context = tmp_path / "context"
-    shutil.copytree(container_dir(), context, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    copy_context(context)
     broken = context / "sandshell_agent" / f"{NATIVE[-1]}.py"
     broken.write_text(broken.read_text() + "\n\ndef _wrong() -> int:\n    return 'not an int'\n")
     said: list[str] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = {"sandshell": REPO / "app", "sandshell_agent": REPO / "container" / "sandshell_agent"}
+PACKAGES = {"sandshell": REPO / "src" / "sandshell", "sandshell_agent": REPO / "src" / "sandshell_agent"}
 
 
 def _modules() -> dict[str, Path]:
@@ -140,7 +140,7 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: P
     env["SANDSHELL_HOME"] = str(elsewhere)
     probe = subprocess.run(
         [str(env_dir / "bin" / "python"), "-c",
-         "import sandshell, sandshell.resources as r; print(sandshell.__file__); print(r.container_dir())"],
+         "import sandshell, sandshell.resources as r; print(sandshell.__file__); print(r.container_dir()); print(r.agent_dir())"],
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr

@@ -1,7 +1,7 @@
 """No set-id file and no device node reaches the host folder: every way a process inside tries.
 
 The workspace is a bind mount Docker cannot make `nosuid` (docs/security.md); a set-uid file in
-it is one on the host. The agent's seccomp filter and its chmod guard (container/sandshell_agent/
+it is one on the host. The agent's seccomp filter and its chmod guard (src/sandshell_agent/
 sysfilter.py, chmods.py) refuse such a bit in /app while `apt-get`'s set-uid programs elsewhere keep
 theirs. Each attack is checked by its result inside and by the host folder's modes.
 """
@@ -214,7 +214,7 @@ def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentenc
         "import runpy; sys.argv = ['sandshell_agent', '--stdio'];"
         "runpy.run_module('sandshell_agent', run_name='__main__')"
     )
-    agent_dir = str(Path(__file__).resolve().parents[1] / "container")
+    agent_dir = str(Path(__file__).resolve().parents[1] / "src")
     done = subprocess.run(
         [sys.executable, "-c", deny_seccomp, agent_dir],
         input=b"",

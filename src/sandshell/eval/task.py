@@ -94,7 +94,7 @@ def _describe(e: ValidationError) -> str:
             parts.append(f"'{where}' is not a field (fields: {', '.join(sorted(Task.model_fields))})")
         else:
             parts.append(f"'{where}': {err.get('msg', 'invalid')}")
-    return "; ".join(parts) + " (see app/eval/task.py for the format)"
+    return "; ".join(parts) + " (see sandshell/eval/task.py for the format)"
 
 
 def load_tasks(paths: list[str | Path]) -> list[Task]:

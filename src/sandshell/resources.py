@@ -1,17 +1,19 @@
 """Files that ship with sandshell: the fixed system prompt, `.env.example` and the sandbox's build context.
 
-From a checkout they are read where the repository keeps them (`system.md` at its root,
-`container/`); an installed wheel carries copies in `sandshell/_data/` (see `setup.py`).
+From a checkout they are read where the repository keeps them (`system.md` and `container/` at
+its root); an installed wheel carries copies in `sandshell/_data/` (see `setup.py`). The agent
+that runs inside the sandbox is the `sandshell_agent` package, wherever Python finds it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from sandshell.errors import SandshellError
 
 _PACKAGE = Path(__file__).resolve().parent
-_PLACES = (_PACKAGE / "_data", _PACKAGE.parent)  # installed wheel, then the source checkout
+_PLACES = (_PACKAGE / "_data", _PACKAGE.parents[1])  # installed wheel, then the checkout (src/sandshell)
 SHIPPED = ("system.md", ".env.example", "container")
 
 
@@ -30,5 +32,13 @@ def fixed_system_prompt() -> str:
 
 
 def container_dir() -> Path:
-    """The sandbox image's build context: the Dockerfile, the base bootstrap and the agent."""
+    """What builds the sandbox image besides the agent: the Dockerfile and the base bootstrap."""
     return resource("container")
+
+
+def agent_dir() -> Path:
+    """The in-container agent's package folder (found, never imported: the host does not run it)."""
+    spec = importlib.util.find_spec("sandshell_agent")
+    if spec is None or spec.origin is None:
+        raise SandshellError("sandshell's sandbox agent (the sandshell_agent package) is missing; reinstall sandshell")
+    return Path(spec.origin).parent

@@ -1,4 +1,4 @@
-"""The sandbox image: built from `container/`, tagged by a hash of its content, on an offline-able base."""
+"""The sandbox image: built from `container/` and the agent, tagged by a hash of both, on an offline-able base."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import DockerUnavailable, ImageError
-from sandshell.resources import container_dir
+from sandshell.resources import agent_dir, container_dir
 from sandshell.sandbox.engine import is_local, local_client
 
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
@@ -43,11 +43,23 @@ def _digest(paths: list[Path], root: Path) -> str:
     return h.hexdigest()[:12]
 
 
+def _sources(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".so"]
+
+
 def context_hash() -> str:
-    """A hash of everything the image is built from (the Dockerfile and the agent)."""
-    folder = container_dir()
-    files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".so"]
-    return _digest(files, folder)
+    """A hash of everything the image is built from (the Dockerfile, the base bootstrap and the agent)."""
+    h = hashlib.sha256()
+    for folder in (container_dir(), agent_dir()):
+        h.update(_digest(_sources(folder), folder.parent).encode())
+    return h.hexdigest()[:12]
+
+
+def copy_context(context: Path) -> None:
+    """Lay out the image's build context in `context` (a new folder): container/ and the agent beside it."""
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "compiled")
+    shutil.copytree(container_dir(), context, ignore=skip)
+    shutil.copytree(agent_dir(), context / "sandshell_agent", ignore=skip)
 
 
 def bootstrap_tag() -> str:
@@ -232,7 +244,7 @@ def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) 
     log(f"building the sandbox image {tag} on {base}...")
     with tempfile.TemporaryDirectory(prefix="sandshell-image-") as tmp:
         context = Path(tmp) / "context"
-        shutil.copytree(container_dir(), context, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        copy_context(context)
         compile_loop(context, log)
         compile_agent(context, log)
         _build_in(client, context, tag, base, log_file)

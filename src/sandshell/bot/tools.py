@@ -81,7 +81,7 @@ def tools_hash(tools: Sequence[ToolDefinition]) -> str:
 
 
 def tool_image_repo(settings: Settings, tools: Sequence[ToolDefinition]) -> str:
-    """The repository of the tool image; its tag is the sandbox image's (a hash of `container/`)."""
+    """The repository of the tool image; its tag is the sandbox image's (a hash of what builds it)."""
     return f"{settings.image}-tools-{tools_hash(tools)}"
 
 

@@ -104,7 +104,7 @@ class Settings:
         "base image; auto: a local bootstrap, else python:3.12-slim-bookworm if pullable, else debootstrap one",
     )
     image: str = _f(
-        "SANDSHELL_IMAGE", "sandshell-sandbox", "name of the sandbox image (its tag is a hash of container/)"
+        "SANDSHELL_IMAGE", "sandshell-sandbox", "name of the sandbox image (its tag is a hash of what builds it)"
     )
     transport: Literal["attach", "unix", "tcp"] = _f(
         "SANDSHELL_TRANSPORT",
