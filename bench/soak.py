@@ -16,7 +16,7 @@ import psutil
 
 from sandshell import config
 from sandshell.model.script import ScriptBackend
-from sandshell.runner import open_session
+from sandshell.runner import SessionSpec, open_session
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session import events
 from sandshell.session.control import Control
@@ -97,10 +97,10 @@ def main() -> None:
         )  # fmt: skip
         backend = ScriptBackend(answers)
         start = time.monotonic()
-        with open_session(s, [], Control(), goal="soak", backend=backend, log=lambda m: None) as parts:
-            probe = Probe(parts.sandbox, 200)
-            parts.session.sinks.append(probe)
-            outcome = parts.session.run()
+        with open_session(SessionSpec(s, "soak", backend, control=Control(), log=lambda m: None)) as session:
+            probe = Probe(session.sandbox, 200)
+            session.sinks.append(probe)
+            outcome = session.run()
             probe.sample()
         seconds = time.monotonic() - start
     print(f"{args.commands} commands ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}) in {seconds:.0f} s; "

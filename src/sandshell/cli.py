@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary(app: Any) -> int:
     """After the UI closed: how the session ended (its error again, whole), its numbers, its recording."""
-    e = app.ended
+    e = app.ended.outcome if app.ended is not None else None
     if e is None:
         say("the session ended before it started")
         return 1

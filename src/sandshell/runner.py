@@ -1,70 +1,96 @@
-"""Putting a session together (one factory for the TUI, headless runs and tests), and `run_task`."""
+"""Building a session: one spec, one assembler for every front end (the TUI, headless runs, the
+Bot, the service's tasks and conversations, eval, rerun), and `run_task`."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from sandshell import config, inert
 from sandshell.config import Settings
-from sandshell.errors import SandshellError
 from sandshell.model.turn import Model, make_backend
 from sandshell.model.types import Backend
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
-from sandshell.session.events import Event, ModelReplied, ModelText, Notice, SessionEnded, Sink
-from sandshell.session.loop import Session
+from sandshell.session.events import Event, ModelReplied, ModelText, Notice, Sink
+from sandshell.session.loop import Lifecycle, Session
+from sandshell.session.outcome import Outcome, StartFailed, outcome_of
 from sandshell.session.recorder import Recorder
 from sandshell.session.transcript import render
-from sandshell.session.types import Outcome, session_dir
+from sandshell.session.types import session_dir
+from sandshell.session.world import World
 
 LOG_LINES = 400
 
 
 @dataclass
-class Parts:
-    """A ready session and what it is made of."""
+class SessionSpec:
+    """Everything one session is made of; `open_session` builds it."""
 
-    session: Session
-    sandbox: Sandbox
-    recorder: Recorder
+    settings: Settings
+    goal: str | None = None  # None: the model reads /app/goal
+    backend: Backend | None = None  # None: made from the settings
+    sinks: Sequence[Sink] = ()  # besides the recorder, which every session has
+    control: Control | None = None
+    world: World | None = None  # None: the model's world is read from /app
+    session_id: str | None = None
+    sandbox: Sandbox | None = None  # a running sandbox to use and leave running; None: a new one
+    title: str = "sandshell"  # the recording's title
+    log: Callable[[str], None] | None = None  # start-up progress (building the image)
 
 
 @contextmanager
-def open_session(
-    settings: Settings,
-    sinks: list[Sink],
-    control: Control | None = None,
-    goal: str | None = None,
-    backend: Backend | None = None,
-    log: Any = None,
-    session_id: str | None = None,
-) -> Iterator[Parts]:
-    """Load the model, start the sandbox and the recorder; everything is cleaned up on exit."""
-    session_id = session_id or new_session_id()
-    say = log or inert.say
-    recorder = Recorder(session_dir(settings, session_id), f"sandshell {session_id}", int(settings.cast_version),
-                        settings.cast_idle_limit)  # fmt: skip
-    started = False
+def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
+    """Load the model, start the sandbox and the recorder, and build the session; all cleaned up on
+    exit. A start that fails is recorded (its error, the end) and raised as StartFailed."""
+    s = spec.settings
+    session_id = spec.session_id or (spec.sandbox.session_id if spec.sandbox else new_session_id())
+    recorder = Recorder(session_dir(s, session_id), f"{spec.title} {session_id}", int(s.cast_version),
+                        s.cast_idle_limit)  # fmt: skip
+    sinks: list[Sink] = [recorder, *spec.sinks]
+    life = Lifecycle(sinks, session_id, s)
+    control = spec.control or Control(approval=s.approval)
     try:
-        model = Model(backend or make_backend(settings), settings)
-        with Sandbox(settings=settings, session_id=session_id, log=say) as sandbox:
-            session = Session(settings, sandbox, model, [recorder, *sinks], control, session_id, goal)
-            session.control.on_quit.append(sandbox.interrupt)
-            started = True
-            yield Parts(session, sandbox, recorder)
-    except SandshellError as e:
-        if not started:  # the recording says why it never began, and ends with its end event
-            for event in (Notice("error", str(e)), SessionEnded("error", None, str(e), 0, 0.0)):
-                with suppress(SandshellError):
-                    recorder.emit(event)
+        model = Model(spec.backend or make_backend(s), s)
+        box: AbstractContextManager[Sandbox] = (
+            nullcontext(spec.sandbox)
+            if spec.sandbox is not None
+            else Sandbox(settings=s, session_id=session_id, log=spec.log or inert.say)
+        )
+        with box as sandbox:
+            session = Session(s, sandbox, model, sinks, control, session_id, spec.goal, spec.world, life,
+                              recorder.folder)  # fmt: skip
+            control.on_quit.append(sandbox.interrupt)
+            yield session
+    except (Exception, KeyboardInterrupt) as e:
+        if life.outcome is None:  # it never ran: the recording still says why, and ends
+            failed = outcome_of(e).replace(recording=str(recorder.folder))
+            if control.quitting:  # stopped while it started: it ends as the quit said, not as a failure
+                failed = failed.replace(status=control.ending[0], error=control.ending[1])
+            life.end(failed, before=lambda: _say(sinks, Notice("error", failed.error or "")))
+            if not isinstance(e, KeyboardInterrupt):
+                raise StartFailed(failed) from e
         raise
     finally:
         recorder.close()
+
+
+def _say(sinks: list[Sink], event: Event) -> None:
+    for sink in sinks:
+        sink.emit(event)
+
+
+def run_session(spec: SessionSpec) -> Outcome:
+    """Build the session, run it to its end and clean up; never raises."""
+    try:
+        with open_session(spec) as session:
+            return session.run()
+    except (Exception, KeyboardInterrupt) as e:
+        return outcome_of(e)
 
 
 class LineLog:
@@ -95,6 +121,30 @@ class LineLog:
             del self.lines[: len(self.lines) - LOG_LINES]
 
 
+def run_headless(
+    task: str,
+    timeout: float,
+    max_iterations: int,
+    settings: Settings | None = None,
+    read_only: bool = False,
+    backend: Backend | None = None,
+    control: Control | None = None,
+    sinks: Sequence[Sink] = (),
+    session_id: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Run one task with nobody there to approve, within `timeout` seconds and `max_iterations`
+    turns; never raises."""
+    try:
+        s = settings or config.load()
+    except (Exception, KeyboardInterrupt) as e:
+        return outcome_of(e)
+    s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)
+    if read_only:
+        s = s.replace(workspace_mode="ro")
+    return run_session(SessionSpec(s, task, backend, sinks, control or Control(), session_id=session_id, log=log))
+
+
 def run_task(
     task: str,
     timeout: float = 300.0,
@@ -106,32 +156,18 @@ def run_task(
     control: Control | None = None,
     sinks: Sequence[Sink] = (),
     session_id: str | None = None,
-    log: LineLog | None = None,
 ) -> dict[str, Any]:
     """Run one task headless; never raises. Returns `{status, result, error, log}` and the numbers:
     `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
-    recording's folder, None when the session never started). `log`: the transcript's sink, for a
-    caller that reads its lines while the task runs (the HTTP service)."""
-    log = log if log is not None else LineLog(echo=echo)
-    folder: str | None = None
-    try:
-        s = settings or config.load()
-        s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)  # nobody is there to approve
-        if read_only:
-            s = s.replace(workspace_mode="ro")
-        with open_session(s, [log, *sinks], control or Control(), task, backend, log.lines.append, session_id) as parts:
-            folder = str(parts.recorder.folder)
-            outcome = parts.session.run()
-            log.lines.insert(0, f"recording: {folder}")
-    except SandshellError as e:
-        outcome = Outcome("error", error=str(e))
-    except KeyboardInterrupt:
-        outcome = Outcome("quit", error="interrupted")
-    except Exception as e:  # a bug, not a user error: still a result, never a traceback
-        outcome = Outcome("error", error=f"sandshell failed unexpectedly ({type(e).__name__}: {e})")
-    o = outcome
+    recording's folder; None when the settings could not be read)."""
+    log = LineLog(echo=echo)
+    o = run_headless(task, timeout, max_iterations, settings, read_only, backend, control, [log, *sinks],
+                     session_id, log.lines.append)  # fmt: skip
+    if o.recording:
+        log.lines.insert(0, f"recording: {o.recording}")
     numbers = {"turns": o.turns, "seconds": o.seconds, "tokens_in": o.tokens_in, "tokens_out": o.tokens_out}
-    return {"status": o.status, "result": o.result, "error": o.error, "log": log.lines, **numbers, "session": folder}
+    return {"status": o.status, "result": o.result, "error": o.error, "log": log.lines, **numbers,
+            "session": o.recording}  # fmt: skip
 
 
-__all__ = ["LineLog", "Parts", "open_session", "run_task"]
+__all__ = ["LineLog", "SessionSpec", "open_session", "run_headless", "run_session", "run_task"]

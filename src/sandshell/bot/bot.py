@@ -21,14 +21,11 @@ from sandshell.bot.llm import LLM
 from sandshell.bot.tools import ToolDefinition, usage_prompt
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
-from sandshell.model.turn import Model
-from sandshell.runner import LineLog
+from sandshell.runner import LineLog, SessionSpec, run_session
 from sandshell.sandbox.protocol import FileContent, ModelState
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
-from sandshell.session.loop import Session
-from sandshell.session.recorder import Recorder
-from sandshell.session.types import Outcome, session_dir
+from sandshell.session.outcome import Outcome, outcome_of
 from sandshell.session.world import Reading, World
 
 log = logging.getLogger(__name__)
@@ -124,19 +121,16 @@ class Bot:
             started = time.monotonic()
             try:
                 outcome = self._run(task, timeout, max_iterations, lines, started)
-            except SandshellError as e:
-                outcome = Outcome("error", error=str(e))
-            except KeyboardInterrupt:
-                outcome = Outcome("quit", error="interrupted")
-            except Exception as e:  # a bug, not a user error: still a result, never a traceback
-                log.exception("the bot %s failed unexpectedly", self.name)
-                outcome = Outcome("error", error=f"sandshell failed unexpectedly ({type(e).__name__}: {e})")
+            except (Exception, KeyboardInterrupt) as e:
+                if not isinstance(e, SandshellError | KeyboardInterrupt):
+                    log.exception("the bot %s failed unexpectedly", self.name)
+                outcome = outcome_of(e)
         took = time.monotonic() - started
         head = f"{self.name}: {outcome.status} after {outcome.turns} turn(s), {took:.1f}s"
         lines.lines.insert(0, head + (f": {outcome.error}" if outcome.error else ""))
         log.info("%s", lines.lines[0])
         return {
-            "status": outcome.status == "done",
+            "status": outcome.ok,
             "result": outcome.result,
             "error": outcome.error,
             "log": lines.lines,
@@ -167,16 +161,13 @@ class Bot:
     def _session(
         self, s: Settings, sandbox: Sandbox, llm: LLM, task: str, tools: Sequence[ToolDefinition], lines: LineLog
     ) -> Outcome:
-        sid = sandbox.session_id
-        recorder = Recorder(session_dir(s, sid), f"sandshell bot {self.name}", int(s.cast_version), s.cast_idle_limit)
-        try:
-            session = Session(s, sandbox, Model(llm.backend, s), [recorder, lines], Control(), sid, goal=task)
-            session.world = BotWorld(s, task, self.system_prompt(tools))
-            session.control.on_quit.append(sandbox.interrupt)
-            lines.lines.append(f"recording: {recorder.folder}")
-            return session.run()
-        finally:
-            recorder.close()
+        world = BotWorld(s, task, self.system_prompt(tools))
+        spec = SessionSpec(s, task, llm.backend, [lines], Control(), world, sandbox=sandbox,
+                           title=f"sandshell bot {self.name}")  # fmt: skip
+        outcome = run_session(spec)
+        if outcome.recording:
+            lines.lines.insert(0, f"recording: {outcome.recording}")
+        return outcome
 
 
 __all__ = ["BROWSER", "Bot", "BotWorld"]

@@ -22,7 +22,7 @@ from sandshell.eval.task import Task
 from sandshell.model.script import ScriptBackend
 from sandshell.model.turn import make_backend
 from sandshell.model.types import Backend
-from sandshell.runner import open_session
+from sandshell.runner import SessionSpec, open_session
 from sandshell.session import events as ev
 from sandshell.session.control import Control
 
@@ -83,7 +83,7 @@ def _tail(text: str) -> str:
     return text if len(text) <= OUTPUT_CHARS else "…" + text[-OUTPUT_CHARS:]
 
 
-def run_task(task: Task, variant: Variant, out: Path, backend: Backend | None, repeat: int = 1) -> TaskResult:
+def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, repeat: int = 1) -> TaskResult:
     """Setup, session, check in one sandbox; never raises for the task's or the model's faults."""
     res = TaskResult(task.name, task.level, variant.label, repeat)
     if variant.solutions:
@@ -99,22 +99,23 @@ def run_task(task: Task, variant: Variant, out: Path, backend: Backend | None, r
         # The session checks its time limit between turns; a turn that runs on is stopped here.
         hard = threading.Timer(task.time_limit + HARD_GRACE, control.quit)
         try:
-            with open_session(s, [turns], control, goal=task.goal, backend=backend, log=lambda _: None) as parts:
-                res.session = str(parts.recorder.folder)
+            spec = SessionSpec(s, task.goal, backend, [turns], control, log=lambda _: None)
+            with open_session(spec) as session:
+                res.session = str(session.folder)
                 for command in task.setup:
-                    r = parts.sandbox.execute(command, SETUP_TIMEOUT)
+                    r = session.sandbox.execute(command, SETUP_TIMEOUT)
                     if not r.ok:
                         why = f"{r.status_line()}): {command[:200]}: {_tail(r.output)}"
                         raise SandshellError(f"setup command failed ({why}")
-                parts.sandbox.execute("cd /app", 5)
+                session.sandbox.execute("cd /app", 5)
                 hard.start()
-                outcome = parts.session.run()
+                outcome = session.run()
                 hard.cancel()
                 res.status, res.error = outcome.status, outcome.error
                 if control.quitting:
                     res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"
                 res.steps, res.tokens_in, res.tokens_out = outcome.turns, outcome.tokens_in, outcome.tokens_out
-                check = parts.sandbox.execute(f"cd /app && {task.check}", CHECK_TIMEOUT)
+                check = session.sandbox.execute(f"cd /app && {task.check}", CHECK_TIMEOUT)
                 res.passed = check.ok
                 res.check_output = _tail(check.output)
         except SandshellError as e:
@@ -164,7 +165,7 @@ def run_suite(
     def one(job: tuple[Task, Variant, int]) -> TaskResult:
         task, variant, k = job
         try:
-            result = run_task(task, variant, out, pool.get(variant), k)
+            result = attempt(task, variant, out, pool.get(variant), k)
         except SandshellError as e:  # the model could not be loaded
             result = TaskResult(task.name, task.level, variant.label, k, error=str(e))
         with lock:

@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandshell.config import Settings
-from sandshell.errors import SandshellError
-from sandshell.runner import Parts, open_session
+from sandshell.runner import SessionSpec, open_session
 from sandshell.sandbox import engine
+from sandshell.sandbox.sandbox import Sandbox
 from sandshell.service.models import Models
 from sandshell.service.store import ID, TASK_FILE, Store
 from sandshell.service.tasks import Busy, Wake
 from sandshell.session import events as ev
 from sandshell.session.control import Control
 from sandshell.session.events import Sink
-from sandshell.session.types import public_settings
+from sandshell.session.loop import Session
+from sandshell.session.outcome import Outcome, Status
 from sandshell.workspace import init_workspace
 
 OBSERVATION_CHARS = 16 * 1024
@@ -83,7 +84,7 @@ class Collect:
 class Conversation:
     id: str
     stack: ExitStack
-    parts: Parts
+    session: Session[Sandbox]
     collect: Collect
     slot: int | None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -104,18 +105,14 @@ class Conversations:
             profile: str | None = None) -> dict[str, Any]:  # fmt: skip
         """One turn; `profile` (checked by the caller) is the new conversation's, or must be the open one's."""
         convo = self._get(conversation_id) if conversation_id else self._start(script, profile)
-        if profile is not None and convo.parts.session.settings.profile != profile:
-            raise ProfileMismatch(f"conversation {convo.id!r} runs the {convo.parts.session.settings.profile} profile; "
+        if profile is not None and convo.session.settings.profile != profile:
+            raise ProfileMismatch(f"conversation {convo.id!r} runs the {convo.session.settings.profile} profile; "
                              "start a new conversation for another")  # fmt: skip
         if not convo.lock.acquire(blocking=False):
             raise Busy("this conversation is still answering its last message; wait for it")
         try:
-            session = convo.parts.session
-            session.world.goal_override = session.goal_override = message
-            session.emit(ev.Notice("info", f"the user says: {message}"))
             convo.collect.reset()
-            session.finished = None
-            session.turn()
+            convo.session.answer(message)
             convo.turns += 1
             return {"conversation_id": convo.id, **convo.collect.answer()}
         finally:
@@ -157,15 +154,14 @@ class Conversations:
         stack = ExitStack()
         try:
             sinks: list[Sink] = [collect, Wake(self.notify, conv_id)]
-            parts = stack.enter_context(open_session(s, sinks, control, "", backend, lambda _m: None, conv_id))
-            name = getattr(backend, "description", backend.name)
-            parts.session.started = time.monotonic()
-            parts.session.emit(ev.SessionStarted(conv_id, name, s.profile, s.workspace, public_settings(s)))
+            spec = SessionSpec(s, "", backend, sinks, control, session_id=conv_id, log=lambda _m: None)
+            session = stack.enter_context(open_session(spec))
+            session.begin()
         except BaseException:
             stack.close()
             self.models.release(slot)
             raise
-        convo = Conversation(conv_id, stack, parts, collect, slot)
+        convo = Conversation(conv_id, stack, session, collect, slot)
         with self._lock:
             self.open[conv_id] = convo
         return convo
@@ -179,15 +175,10 @@ class Conversations:
         self._close(convo, "quit", "the conversation was ended")
         return True
 
-    def _close(self, convo: Conversation, status: str, why: str) -> None:
-        convo.parts.session.control.quit()
+    def _close(self, convo: Conversation, status: Status, why: str) -> None:
+        convo.session.control.quit(status, why)
         with convo.lock:  # a turn still running stops at its next step
-            s = convo.parts.session
-            try:
-                seconds = round(time.monotonic() - s.started, 2)
-                s.emit(ev.SessionEnded(status, None, why, convo.turns, seconds, s.tokens_in, s.tokens_out))
-            except SandshellError:
-                pass
+            convo.session.finish(Outcome(status, error=why))
             convo.stack.close()
             self.models.release(convo.slot)
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from sandshell.errors import SandshellError
 from sandshell.sandbox.engine import new_session_id
+from sandshell.session.outcome import Outcome
+from sandshell.session.recorder import end_recording
 
 ACTIVE = ("queued", "running")
 TASK_FILE = "task.json"
@@ -48,6 +50,11 @@ class TaskRecord:
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
+
+    def end(self, o: Outcome) -> None:
+        """The task is over, as its session's outcome says."""
+        self.status, self.result, self.error, self.ended = o.status, o.result, o.error, time.time()
+        self.turns, self.seconds, self.tokens_in, self.tokens_out = o.turns, o.seconds, o.tokens_in, o.tokens_out
 
     def summary(self) -> dict[str, Any]:
         """The record without its log (for lists)."""
@@ -120,7 +127,8 @@ class Store:
         records = self.load_all()
         for r in records:
             if r.status == "running":
-                r.status, r.ended = "interrupted", time.time()
-                r.error = "the server stopped while the task was running; its sandbox was removed"
+                why = "the server stopped while the task was running; its sandbox was removed"
+                r.status, r.error, r.ended = "interrupted", why, time.time()
                 self.save(r)
+                end_recording(self.folder(r.id), Outcome("interrupted", error=why, turns=r.turns, seconds=r.seconds))
         return records

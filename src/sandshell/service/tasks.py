@@ -18,12 +18,13 @@ from typing import Any
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
 from sandshell.model.genconfig import STARTER
-from sandshell.runner import LineLog, run_task
+from sandshell.runner import LineLog, run_headless
 from sandshell.sandbox import engine
 from sandshell.service.models import Models
 from sandshell.service.store import Store, TaskRecord
 from sandshell.session.control import Control
 from sandshell.session.events import Event
+from sandshell.session.outcome import outcome_of
 from sandshell.workspace import init_workspace
 
 QUEUE_LIMIT = 200  # tasks waiting at once
@@ -147,7 +148,7 @@ class TaskManager:
             control = self.controls.get(task_id)
             record.error = "cancelling"
         if control is not None:
-            control.quit()
+            control.quit("cancelled", "cancelled")
         return record
 
     def page(self, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
@@ -183,7 +184,6 @@ class TaskManager:
             self._run(record, control)
 
     def _run(self, record: TaskRecord, control: Control) -> None:
-        result: dict[str, Any]
         slot = None
         try:
             req = record.request
@@ -194,27 +194,21 @@ class TaskManager:
             line_log = LineLog(echo=False)
             with self._cond:
                 self.logs[record.id] = line_log.lines  # the live log, as GET /v1/tasks/{id} shows it
-            result = run_task(record.goal, float(req.get("timeout", 300.0)), int(req.get("max_steps", 20)),
-                              settings=place(self.settings, record), backend=backend, control=control,
-                              sinks=[Wake(self.notify, record.id)], session_id=record.id, log=line_log)  # fmt: skip
-        except SandshellError as e:
-            result = {"status": "error", "error": str(e)}
+            outcome = run_headless(record.goal, float(req.get("timeout", 300.0)), int(req.get("max_steps", 20)),
+                                   place(self.settings, record), backend=backend, control=control,
+                                   sinks=[line_log, Wake(self.notify, record.id)], session_id=record.id,
+                                   log=line_log.lines.append)  # fmt: skip
         except Exception as e:  # a bug: the task still ends with a reason, the worker lives on
-            result = {"status": "error", "error": f"the task failed unexpectedly ({type(e).__name__}: {e})"}
+            outcome = outcome_of(e)
         finally:
             self.models.release(slot)
-        status = result["status"]
-        if control.quitting and status in ("quit", "error"):
-            status = "interrupted" if self._stopping else "cancelled"
-            result["error"] = "the server stopped" if self._stopping else "cancelled"
         with self._cond:
             self.controls.pop(record.id, None)
-            record.log = list(result.get("log") or self.logs.get(record.id) or [])
+            record.log = list(self.logs.get(record.id) or [])
+            if outcome.recording:
+                record.log.insert(0, f"recording: {outcome.recording}")
             self.logs.pop(record.id, None)
-            for key in ("result", "error", "turns", "seconds", "tokens_in", "tokens_out"):
-                if key in result:
-                    setattr(record, key, result[key])
-            record.status, record.error, record.ended = status, result.get("error"), time.time()
+            record.end(outcome)
         self._save(record)  # outside the lock: an fsync holds up no other worker and no reader
         with self._cond:
             record.log = []  # on disk now; read back when asked
@@ -238,7 +232,7 @@ class TaskManager:
             controls = list(self.controls.values())
             self._cond.notify_all()
         for c in controls:
-            c.quit()
+            c.quit("interrupted", "the server stopped")
         deadline = time.monotonic() + wait
         for w in self._workers:
             w.join(max(0.0, deadline - time.monotonic()))

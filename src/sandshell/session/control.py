@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandshell.model.actions import Action
+from sandshell.session.outcome import Status
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Control:
         self._decisions: queue.SimpleQueue[Decision] = queue.SimpleQueue()
         self._wake = threading.Condition()
         self.on_quit: list[Callable[[], None]] = []  # e.g. the sandbox's interrupt
+        self.ending: tuple[Status, str] = ("quit", "the user quit")  # how a quit ends the session
 
     # -- called by the UI ----------------------------------------------------------------------
     def pause(self) -> None:
@@ -52,7 +54,10 @@ class Control:
         self._step.set()
         self._poke()
 
-    def quit(self) -> None:
+    def quit(self, status: Status = "quit", why: str = "the user quit") -> None:
+        """End the session at its next step; `status` and `why` are how it ends (the first quit's)."""
+        if not self._quit.is_set():
+            self.ending = (status, why)
         self._quit.set()
         self._running.set()
         self._decisions.put(Decision("reject", reason="the user quit"))

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from sandshell.model.actions import Action
 from sandshell.model.types import Stats
 from sandshell.sandbox.protocol import Result
+from sandshell.session.outcome import STATUSES, Outcome, Status
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,9 @@ class Phase:
 
 @dataclass(frozen=True)
 class SessionEnded:
-    status: str  # done, max_steps, timeout, stuck, quit, error
+    """The last event of every session, emitted once by the session itself: its `Outcome`, flat."""
+
+    status: str  # an outcome.Status
     result: str | None
     error: str | None
     turns: int
@@ -114,14 +117,18 @@ class SessionEnded:
     tokens_in: int = 0  # prompt tokens evaluated (not counting those reused from the cache)
     tokens_out: int = 0
 
+    @classmethod
+    def of(cls, o: Outcome) -> SessionEnded:
+        return cls(o.status, o.result, o.error, o.turns, o.seconds, o.tokens_in, o.tokens_out)
+
     @property
-    def turns_said(self) -> str:
-        return f"{self.turns} turn" + ("" if self.turns == 1 else "s")
+    def outcome(self) -> Outcome:
+        status: Status = self.status if self.status in STATUSES else "error"  # type: ignore[assignment]
+        return Outcome(status, self.result, self.error, self.turns, self.seconds, self.tokens_in, self.tokens_out)
 
     def line(self) -> str:
         """How it ended, in one line: `session done: the result (the error) · 3 turns · 4.2s`."""
-        text = f"session {self.status}" + (f": {self.result}" if self.result else "")
-        return text + (f" ({self.error})" if self.error else "") + f" · {self.turns_said} · {self.seconds:.1f}s"
+        return self.outcome.line()
 
 
 Event = (

@@ -6,7 +6,9 @@ No Textual here: the loop emits events to sinks (the TUI, the headless runner, t
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from sandshell.config import Settings
 from sandshell.errors import ContextOverflow, ModelError, SandshellError
@@ -19,23 +21,81 @@ from sandshell.sandbox.protocol import Result
 from sandshell.session import events as ev
 from sandshell.session.coach import Coach
 from sandshell.session.control import Control
-from sandshell.session.types import Outcome, SandboxLike, public_settings
+from sandshell.session.outcome import Outcome, outcome_of
+from sandshell.session.types import SandboxLike, public_settings
 from sandshell.session.world import World
 
 OPENING_PROMPT = "0 root@sandbox:/app #"
 MAX_BAD_ANSWERS = 3  # answers in a row that did not parse before the session stops as stuck
 
 
-class Session:
+def emit_all(sinks: list[ev.Sink], event: ev.Event) -> None:
+    """Give the event to every sink; a sink's failure (a full disk) is raised after all have it."""
+    failure: SandshellError | None = None
+    for sink in sinks:
+        try:
+            sink.emit(event)
+        except SandshellError as e:
+            failure = failure or e
+    if failure is not None:
+        raise failure
+
+
+class Lifecycle:
+    """The one owner of a session's first and last events: `SessionStarted` and `SessionEnded` are
+    each emitted exactly once, whatever ends the session (done, a limit, quit, cancel, a crash, a
+    signal, or a start that failed before there was a session)."""
+
+    def __init__(self, sinks: list[ev.Sink], session_id: str, settings: Settings) -> None:
+        self.sinks = sinks
+        self.session_id = session_id
+        self.settings = settings
+        self.started = time.monotonic()
+        self.began = False
+        self.outcome: Outcome | None = None
+
+    def begin(self, model: str) -> None:
+        if self.began:
+            return
+        self.began, self.started = True, time.monotonic()
+        s = self.settings
+        emit_all(self.sinks, ev.SessionStarted(self.session_id, model, s.profile, s.workspace, public_settings(s)))
+
+    def end(self, outcome: Outcome, before: Callable[[], None] = lambda: None) -> Outcome:
+        """Emit the end (once; a later call returns the first ending); `before` runs first, if this ends it."""
+        if self.outcome is not None:
+            return self.outcome
+        if not self.began:
+            self.begin(self.settings.backend)
+        self.outcome = outcome
+        try:
+            before()
+            emit_all(self.sinks, ev.Phase("done"))
+            emit_all(self.sinks, ev.SessionEnded.of(outcome))
+        except SandshellError:
+            pass  # a sink that already failed (the recorder, on a full disk) said so in the outcome
+        return outcome
+
+
+S = TypeVar("S", bound=SandboxLike)
+
+
+class Session(Generic[S]):
+    """One session: it owns its start, its turns and its end (`run`, or `begin`/`answer`/`finish`
+    for a conversation driven a message at a time)."""
+
     def __init__(
         self,
         settings: Settings,
-        sandbox: SandboxLike,
+        sandbox: S,
         model: Model,
         sinks: list[ev.Sink],
         control: Control | None = None,
         session_id: str = "session",
         goal: str | None = None,
+        world: World | None = None,
+        lifecycle: Lifecycle | None = None,
+        folder: Path | None = None,
     ) -> None:
         self.settings = settings
         self.sandbox = sandbox
@@ -44,7 +104,9 @@ class Session:
         self.control = control or Control(approval=settings.approval)
         self.session_id = session_id
         self.goal_override = goal
-        self.world = World(settings, goal)
+        self.world = world or World(settings, goal)
+        self.life = lifecycle or Lifecycle(sinks, session_id, settings)
+        self.folder = folder  # where it is recorded, if it is
         self.coach = Coach(settings, sandbox, lambda: self.world.last.get("goal", ""))
         self.opening = f"Begin. The shell is ready: {OPENING_PROMPT}"  # fixed within a session: the cache holds
         backend = model.backend
@@ -56,45 +118,51 @@ class Session:
         self.same_in_a_row = 0
         self.bad_answers = 0
         self.finished: str | None = None
-        self.started = 0.0
         self.tokens_in = self.tokens_out = 0
+
+    @property
+    def started(self) -> float:
+        return self.life.started
 
     def emit(self, event: ev.Event) -> None:
         """Give the event to every sink; a sink's failure (a full disk) is raised after all have it."""
-        failure: SandshellError | None = None
-        for sink in self.sinks:
-            try:
-                sink.emit(event)
-            except SandshellError as e:
-                failure = failure or e
-        if failure is not None:
-            raise failure
+        emit_all(self.sinks, event)
 
     # -- the loop ---------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Start the session's clock and say it started (once)."""
+        self.life.begin(getattr(self.model.backend, "description", self.model.backend.name))
+
+    def finish(self, outcome: Outcome) -> Outcome:
+        """End the session (once), with its numbers; a later call returns the first ending."""
+        seconds = round(time.monotonic() - self.started, 2)
+        o = outcome.replace(
+            turns=self.turns,
+            seconds=seconds,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            recording=str(self.folder) if self.folder else None,
+        )
+        return self.life.end(o, before=self._undelivered)
+
     def run(self) -> Outcome:
-        """Run until done, a limit, a stuck model or quit; always ends with ev.SessionEnded."""
-        name = getattr(self.model.backend, "description", self.model.backend.name)
-        s = self.settings
-        self.started = time.monotonic()
+        """Run until done, a limit, a stuck model, quit or a failure; never raises."""
         try:
-            self.emit(ev.SessionStarted(self.session_id, name, s.profile, s.workspace, public_settings(s)))
+            self.begin()
             if self.settings.intro:
                 self._intro()
             outcome = self._loop()
-        except SandshellError as e:
-            outcome = Outcome("error", error=str(e))
-        except KeyboardInterrupt:
-            outcome = Outcome("quit", error="interrupted")
-        outcome.turns, outcome.seconds = self.turns, round(time.monotonic() - self.started, 2)
-        outcome.tokens_in, outcome.tokens_out = self.tokens_in, self.tokens_out
-        o = outcome
-        try:
-            self._undelivered()
-            self.emit(ev.Phase("done"))
-            self.emit(ev.SessionEnded(o.status, o.result, o.error, o.turns, o.seconds, o.tokens_in, o.tokens_out))
-        except SandshellError:
-            pass  # a sink that already failed (the recorder, on a full disk) said so in the outcome
-        return outcome
+        except (Exception, KeyboardInterrupt) as e:
+            outcome = outcome_of(e)
+        return self.finish(outcome)
+
+    def answer(self, message: str) -> None:
+        """One turn on a new message, which is the goal from now on (a conversation's turn)."""
+        self.begin()
+        self.world.goal_override = self.goal_override = message
+        self.emit(ev.Notice("info", f"the user says: {message}"))
+        self.finished = None
+        self.turn()
 
     def _loop(self) -> Outcome:
         paused = False
@@ -106,7 +174,8 @@ class Session:
                 return stop
             move = self.control.next_move()
             if move == "quit":
-                return Outcome("quit", error="the user quit")
+                status, why = self.control.ending
+                return Outcome(status, error=why)
             if move == "commands":
                 self._user_commands()
             elif move == "idle":
@@ -176,7 +245,7 @@ class Session:
         raise ModelError("the prompt still overflows the model server's context; set LLAMA_N_CTX to its size")
 
     def _ask(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Reply | None:
-        """The model's answer; None when the user paused while it was being written (it is dropped)."""
+        """The model's answer; None when the user paused or quit while it was being written (it is dropped)."""
         reply, written = Reply("", error="no answer"), ""
         for item in self.model.turn(messages, params, self.coach.score):
             if isinstance(item, Reply):
@@ -186,6 +255,9 @@ class Session:
                 self.emit(ev.ModelText(item))
             if self.control.quitting:
                 break
+        if self.control.quitting and reply.error == "no answer":  # cut short by the quit: not the model's fault
+            self.emit(ev.ModelReplied(written, (), None, Stats()))
+            return None
             if self.control.holding:  # pause stops the generation at once; resume asks again
                 self.emit(ev.ModelReplied(written, (), None, Stats()))
                 self.emit(ev.Notice("info", "paused: the unfinished answer was dropped; resuming asks the model again"))

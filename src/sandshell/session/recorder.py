@@ -19,10 +19,12 @@ from typing import IO, Any
 from sandshell.errors import SandshellError
 from sandshell.inert import json_line, shown
 from sandshell.session import events as ev
+from sandshell.session.outcome import Outcome
 from sandshell.session.transcript import render
 
 CAST_WIDTH, CAST_HEIGHT = 120, 36
 CAST_SYNC_SECONDS = 1.0
+TAIL_BYTES = 64 * 1024  # of events.jsonl read to find its last event
 
 
 class RecordingError(SandshellError):
@@ -106,6 +108,33 @@ class Recorder:
                 except OSError:
                     pass
         self._log = self._cast = None
+
+
+def end_recording(folder: Path, outcome: Outcome) -> bool:
+    """Give a recording whose process died before its end its `SessionEnded` (True when it lacked one),
+    so its replay ends as its task did, at the recording's own last time stamp."""
+    log = folder / "events.jsonl"
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, log.stat().st_size - TAIL_BYTES))
+            tail = f.read()
+        last: dict[str, Any] = {}
+        for line in reversed(tail.splitlines()):
+            try:
+                last = json.loads(line)
+                break
+            except ValueError:
+                continue  # a line the crash cut short
+        if last.get("type") == "SessionEnded":
+            return False
+        with open(log, "a", encoding="utf-8") as out:
+            ended = {"t": float(last.get("t", 0.0)), **to_json(ev.SessionEnded.of(outcome))}
+            out.write(("\n" if tail and not tail.endswith(b"\n") else "") + json_line(ended) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        return True
+    except OSError:
+        return False  # no recording here: its task record still says how it ended
 
 
 def _sentence(folder: Path, e: OSError) -> str:

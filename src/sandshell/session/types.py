@@ -1,10 +1,9 @@
-"""The session's seam to a sandbox, and how a session ends."""
+"""The session's seam to a sandbox, and where sessions are recorded."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,19 +18,6 @@ class SandboxLike(Protocol):
     def read_file(self, path: str, limit: int | None = None) -> FileContent: ...
     def write_file(self, path: str, content: str, append: bool = False) -> int: ...
     def state(self) -> ModelState: ...
-
-
-@dataclass
-class Outcome:
-    """How a session ended: the headless runner's `{status, result, error}`."""
-
-    status: str
-    result: str | None = None
-    error: str | None = None
-    turns: int = 0
-    seconds: float = 0.0
-    tokens_in: int = 0
-    tokens_out: int = 0
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:

@@ -23,24 +23,21 @@ from sandshell.tui.buffer import UIBuffer
 
 def live_app(settings: Settings, goal: str | None = None, control: Control | None = None) -> SandshellApp:
     """The app for a live session (the same factory serves the CLI and the tests)."""
-    from sandshell.runner import open_session
+    from sandshell.runner import SessionSpec, open_session
     from sandshell.sandbox.engine import copies_back
 
     def runner(buffer: UIBuffer, control: Control) -> None:
         def say(message: str) -> None:
             buffer.emit(ev.Notice("info", message))
 
-        try:
-            with open_session(settings, [buffer], control, goal=goal, log=say) as parts:
-                app.recording = parts.recorder.folder
-                if copies_back(settings):
-                    app.sync_workspace = parts.sandbox.sync_workspace
-                    app.call_from_thread(app.refresh_bindings)
-                say(f"recording to {parts.recorder.folder}")
-                parts.session.run()
-        except SandshellError as e:
-            buffer.emit(ev.Notice("error", str(e)))
-            buffer.emit(ev.SessionEnded("error", None, str(e), 0, 0.0))
+        spec = SessionSpec(settings, goal, sinks=[buffer], control=control, log=say)
+        with contextlib.suppress(Exception), open_session(spec) as session:  # a failed start: said to every sink
+            app.recording = session.folder
+            if copies_back(settings):
+                app.sync_workspace = session.sandbox.sync_workspace
+                app.call_from_thread(app.refresh_bindings)
+            say(f"recording to {session.folder}")
+            session.run()
 
     app = SandshellApp(runner, control or Control(approval=settings.approval), max_lines=settings.ui_max_lines)
     return app

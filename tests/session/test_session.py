@@ -15,13 +15,13 @@ from sandshell import config
 from sandshell.config import Settings
 from sandshell.model.actions import Action
 from sandshell.model.script import ScriptBackend
-from sandshell.runner import open_session, run_task
+from sandshell.runner import SessionSpec, open_session, run_task
 from sandshell.session import events
 from sandshell.session.control import Control, Decision
 from sandshell.session.replay import load
 from sandshell.session.rerun import plan
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEYS = {"status", "result", "error", "log", "turns", "seconds", "tokens_in", "tokens_out", "session"}
 
 
@@ -49,10 +49,10 @@ def script(*lines: object) -> ScriptBackend:
 
 def run(s: Settings, backend: ScriptBackend, control: Control | None = None, goal: str = "test") -> tuple:  # type: ignore[type-arg]
     sink = Collect()
-    with open_session(s, [sink], control or Control(), goal=goal, backend=backend) as parts:
-        outcome = parts.session.run()
-        context = parts.session.context
-        folder = parts.recorder.folder
+    with open_session(SessionSpec(s, goal, backend, [sink], control or Control())) as session:
+        outcome = session.run()
+        context = session.context
+        folder = session.folder
     return outcome, sink, context, folder
 
 
@@ -129,15 +129,15 @@ def test_hint_and_take_over_are_seen_by_the_model(s: Settings) -> None:
     control.pause()
     sink = Collect()
     backend = script({"bash": "echo model"}, {"done": "ok"})
-    with open_session(s, [sink], control, goal="g", backend=backend) as parts:
-        worker = threading.Thread(target=parts.session.run)
+    with open_session(SessionSpec(s, "g", backend, [sink], control)) as session:
+        worker = threading.Thread(target=session.run)
         worker.start()
         control.take_over("echo typed-by-user")
         control.hint("look in /tmp")
         control.step()
         control.resume()
         worker.join(30)
-        context = parts.session.context
+        context = session.context
     first = context.turns[0].observation()
     assert "The user ran a command" in first and "typed-by-user" in first
     assert any("A hint from the user: look in /tmp" in n for t in context.turns for n in t.notes)
@@ -259,8 +259,8 @@ def test_a_long_pause_is_one_event_not_a_stream(s: Settings) -> None:
     fallback.start()
     sink = Collect()
     quitter = QuitAfterPause(control, 2.5)
-    with open_session(s, [sink, quitter], control, goal="test", backend=script({"done": "x"})) as p:
-        p.session.run()
+    with open_session(SessionSpec(s, "test", script({"done": "x"}), [sink, quitter], control)) as session:
+        session.run()
     fallback.cancel()
     paused = [e for e in sink.of(events.Phase) if e.name == "paused"]
     assert len(paused) == 1, len(paused)
@@ -296,9 +296,9 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
 
     steps = [{"bash": "echo first >> /app/log"}, {"bash": "echo second >> /app/log"},
              {"bash": "echo rejected >> /app/log; touch /app/must-not-exist"}, {"done": "ok"}]  # fmt: skip
-    with open_session(s, [User()], control, backend=script(*steps)) as parts:
-        assert parts.session.run().status == "done"
-        folder = parts.recorder.folder
+    with open_session(SessionSpec(s, backend=script(*steps), sinks=[User()], control=control)) as session:
+        assert session.run().status == "done"
+        folder = session.folder
     log = Path(s.workspace) / "log"
     first = log.read_text()
     assert first == "first\nmine\nedited\n" and not (Path(s.workspace) / "must-not-exist").exists()
@@ -362,8 +362,8 @@ def test_pause_stops_the_answer_being_written_and_resume_asks_again(s: Settings)
                 threading.Timer(0.5, control.resume).start()
 
     backend = SlowScript([json.dumps({"bash": "echo " + "x" * 60}), json.dumps({"done": "ok"})])
-    with open_session(s, [PauseAtFirstToken()], control, goal="t", backend=backend) as parts:
-        outcome = parts.session.run()
+    with open_session(SessionSpec(s, "t", backend, [PauseAtFirstToken()], control)) as session:
+        outcome = session.run()
     assert outcome.status == "done" and outcome.turns == 2  # the dropped answer is not a turn
     paused_at = next(t for t, e in seen if isinstance(e, events.ModelText))
     dropped_at = next(t for t, e in seen if isinstance(e, events.Notice) and "unfinished answer was dropped" in e.text)
@@ -383,9 +383,11 @@ def test_what_the_user_typed_is_never_dropped_silently(s: Settings) -> None:
 
     sink = Collect()
     with open_session(
-        s, [TypeThenQuit(), sink], control, backend=script({"bash": "sleep 0.2"}, {"done": "x"})
-    ) as parts:
-        outcome = parts.session.run()
+        SessionSpec(
+            s, backend=script({"bash": "sleep 0.2"}, {"done": "x"}), sinks=[TypeThenQuit(), sink], control=control
+        )
+    ) as session:
+        outcome = session.run()
     notices = [n.text for n in sink.of(events.Notice)]
     assert outcome.status == "quit"
     assert "not run, the session had ended: echo too-late" in notices

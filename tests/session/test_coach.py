@@ -13,7 +13,7 @@ from sandshell.config import Settings
 from sandshell.model import actions
 from sandshell.model.script import ScriptBackend
 from sandshell.model.types import Message, Stats
-from sandshell.runner import open_session
+from sandshell.runner import SessionSpec, open_session
 from sandshell.session import events
 from sandshell.session.coach import FEW_SHOT, INTRO
 from sandshell.session.control import Control
@@ -48,8 +48,8 @@ def run(s: Settings, backend: Seeing, goal: str = "make /app/x") -> tuple[Any, l
         def emit(self, event: events.Event) -> None:
             seen.append(event)
 
-    with open_session(s, [Sink()], Control(), goal=goal, backend=backend) as parts:
-        outcome = parts.session.run()
+    with open_session(SessionSpec(s, goal, backend, [Sink()], Control())) as session:
+        outcome = session.run()
     return outcome, seen
 
 
