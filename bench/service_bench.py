@@ -29,7 +29,7 @@ from sandshell.model.script import ScriptBackend
 from sandshell.runner import run_task
 from sandshell.service import tasks as tasks_module
 from sandshell.service.api import create_app
-from sandshell.service.server import Service
+from sandshell.service.core import Service
 from sandshell.workspace import init_workspace
 
 SCRIPT = [{"bash": "echo hello"}, {"bash": "ls / | wc -l"}, {"bash": "echo done >&2"}, {"done": "ok"}]

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandshell.errors import SandshellError
 from sandshell.service import auth, profiles
 from sandshell.service.chat import ProfileMismatch
+from sandshell.service.core import Service
 from sandshell.service.feed import follow, until_ended
 from sandshell.service.limits import BodyLimit, one_sentence
-from sandshell.service.server import Service
 from sandshell.service.tasks import Busy
 
 COOKIE_SECONDS = 30 * 24 * 3600  # the web view's sign-in lasts a month in that browser

@@ -1,0 +1,58 @@
+"""The service's parts, put together once at start: the token, the task store and manager, the
+conversations, the event feeds and the model; every route of the API works on them."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from sandshell.config import Settings
+from sandshell.inert import say
+from sandshell.sandbox import engine
+from sandshell.service import profiles
+from sandshell.service.auth import load_token
+from sandshell.service.chat import Conversations
+from sandshell.service.feed import Feeds
+from sandshell.service.models import Models
+from sandshell.service.store import Store
+from sandshell.service.tasks import TaskManager
+
+REAP_EVERY = 15.0
+
+
+class Service:
+    """The server's parts: token, task store and manager, conversations, event feeds, the model."""
+
+    def __init__(self, settings: Settings, log: Any = say) -> None:
+        self.settings = settings
+        self.token, made = load_token(settings)
+        self.token_made = made
+        self.store = Store(settings.path(settings.sessions_dir))
+        self.feeds = Feeds()
+        for name in engine.reap(engine.client()):
+            log(f"removed leftover container {name}")
+        self.models = Models(settings, say=log)
+        self.manager = TaskManager(settings, self.store, self.models, self.feeds.notify)
+        self.conversations = Conversations(settings, self.store, self.models, self.feeds.notify)
+        self.streams = 0
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_idle, name="sandshell-reaper", daemon=True)
+
+    def start(self) -> None:
+        self.manager.start()
+        self._reaper.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.conversations.close_all()
+        self.manager.stop()
+
+    def _reap_idle(self) -> None:
+        every = min(REAP_EVERY, max(0.5, self.settings.conversation_idle / 4))
+        while not self._stop.wait(every):
+            self.conversations.reap()
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "backend": self.models.description, "profiles": list(profiles.offered(self.settings)),
+                **self.manager.counts(),
+                "conversations": self.conversations.count(), "generations": self.models.load()}  # fmt: skip
