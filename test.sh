@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # The test command: set everything up, then lint, type-check and run the whole suite.
+# `./test.sh --unit`: the unit tier alone (no Docker, model, network or browser; under a minute).
 set -euo pipefail
 cd "$(dirname "$0")"
+if [ "${1:-}" = "--unit" ]; then
+  shift
+  ./scripts/setup.sh --python-only
+  .venv/bin/ruff check .
+  .venv/bin/ruff format --check .
+  .venv/bin/mypy
+  exec .venv/bin/pytest -p no:cacheprovider -m unit -n 2 "$@"
+fi
 ./scripts/setup.sh
 # What the tests alone need, installed here, not for every start: `tool COMMAND PACKAGE WHY`.
 tool() {
@@ -12,8 +21,8 @@ tool() {
     >".cache/logs/apt-$2.log" 2>&1 || { echo "sandshell: apt-get install $2 failed; see .cache/logs/apt-$2.log" >&2; exit 1; }
 }
 tool chromium chromium "for the web view's tests (headless Chromium)"
-tool /usr/sbin/sshd openssh-server "for the ssh engine's test (tests/test_ssh_engine.py starts its own sshd)"
-tool strace strace "for the agent's tests (tests/test_sandbox.py counts its system calls from the host)"
+tool /usr/sbin/sshd openssh-server "for the ssh engine's test (tests/sandbox/test_ssh_engine.py starts its own sshd)"
+tool strace strace "for the agent's tests (tests/sandbox/test_sandbox.py counts its system calls from the host)"
 # One command a line: under `set -e` a failure inside an `a && b` list (not its last command) ends
 # nothing, and a lint error went by with the tests green.
 echo "== ruff"

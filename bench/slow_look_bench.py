@@ -27,7 +27,7 @@ from sandshell import config
 from sandshell.sandbox.sandbox import Sandbox
 
 LIMIT = 50_000_000
-# As in tests/test_disk.py: 13 processes of 4,000 descriptors, past the 50,000 a look reads.
+# As in tests/agent/test_disk.py: 13 processes of 4,000 descriptors, past the 50,000 a look reads.
 STALL = """
 import os, time
 for p in range(13):

@@ -62,6 +62,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
+[ "${1:-}" = "--python-only" ] && exit 0  # the unit tier needs nothing more (./test.sh --unit)
+
 # -- Docker and the sandbox image -------------------------------------------------------------
 # From start.sh (`--for-start`), a bad setting or a missing model is left to the command it runs
 # next, which says it once (a headless run with its JSON on stdout); alone, setup says it here.

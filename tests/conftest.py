@@ -74,9 +74,32 @@ def sb(shared_workspace: Path) -> Iterator[Sandbox]:
         yield box
 
 
+NEEDS = ("docker", "model", "network", "browser", "terminal")  # what a test may need beyond Python
+NO_ENGINE = "unix:///nonexistent/sandshell-tests/no-engine-for-unmarked-tests.sock"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs none of NEEDS is in the unit tier (`pytest -m unit`)."""
+    for item in items:
+        if not any(item.get_closest_marker(need) for need in NEEDS):
+            item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def only_marked_tests_reach_an_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked `docker` gets no engine, so the unit tier stays honest without Docker."""
+    if request.node.get_closest_marker("docker") is None:
+        monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
+        monkeypatch.delenv("SANDSHELL_DOCKER_HOST", raising=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
-def no_leftover_containers(docker_client: docker.DockerClient) -> Iterator[None]:
-    """After the whole suite, no container labelled sandshell.session may remain."""
+def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a run with Docker tests, no container labelled sandshell.session may remain."""
+    if not any(item.get_closest_marker("docker") for item in request.session.items):
+        yield
+        return
+    docker_client: docker.DockerClient = request.getfixturevalue("docker_client")
     yield
     left = [
         c

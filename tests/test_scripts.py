@@ -1,4 +1,4 @@
-"""start.sh and reset.sh as scripts, and a host process killed mid-command (the terminal UI: test_terminal.py)."""
+"""start.sh and reset.sh as scripts, and a host process killed mid-command (the terminal UI: tui/test_terminal.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from sandshell import config
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
 from sandshell.model.script import ScriptBackend
-from sandshell.runner import open_session, run_task
+from sandshell.runner import SessionSpec, open_session, run_task
 from sandshell.sandbox.container import STANDARD_CAPS
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
@@ -218,9 +218,9 @@ def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path,
         def emit(self, e: object) -> None:
             collected.append(e)
 
-    with open_session(s, [Sink()], Control(), goal=None, backend=backend) as parts:
-        outcome = parts.session.run()
-        notes = [n for t in parts.session.context.turns for n in t.notes]
+    with open_session(SessionSpec(s, None, backend, [Sink()], Control())) as session:
+        outcome = session.run()
+        notes = [n for t in session.context.turns for n in t.notes]
     assert outcome.status == "done" and outcome.result == "survived"
     text = "\n".join(notes)
     assert "system.md is over" in text  # capped
@@ -235,9 +235,9 @@ def test_a_lasting_problem_is_told_once(workspace: Path, tmp_path: Path) -> None
     s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
                                                       sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
     backend = ScriptBackend(['{"bash": "echo 1"}', '{"bash": "echo 2"}', '{"bash": "echo 3"}', '{"done": "x"}'])
-    with open_session(s, [], Control(), backend=backend) as parts:
-        assert parts.session.run().status == "done"
-        notes = [n for t in parts.session.context.turns for n in t.notes]
+    with open_session(SessionSpec(s, backend=backend, control=Control())) as session:
+        assert session.run().status == "done"
+        notes = [n for t in session.context.turns for n in t.notes]
     assert sum("goal: binary file" in n for n in notes) == 1
 
 
@@ -330,7 +330,7 @@ def _bits_gone(path: Path, seconds: float) -> bool:
 def test_a_file_made_set_uid_after_its_folder_was_scanned_loses_the_bit_soon(
     sb: Sandbox, shared_workspace: Path
 ) -> None:
-    """The second layer (nothing inside can set the bits: tests/test_setid.py): a set-id file that got
+    """The second layer (nothing inside can set the bits: tests/agent/test_setid.py): a set-id file that got
     into the workspace another way, here the host's own chmod, loses its bits at the agent's scans.
     A chmod leaves the folder's mtime alone: a file created in one quick scan's interval and made
     set-uid after it was seen kept its bits until the next full scan (10 s between commands)."""

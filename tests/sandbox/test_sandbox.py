@@ -13,8 +13,7 @@ import pytest
 
 from sandshell.sandbox.protocol import Output
 from sandshell.sandbox.sandbox import Sandbox
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 GRACE = 4.0  # seconds past the timeout a killed command may take to come back
 

@@ -14,8 +14,7 @@ import pytest
 
 from sandshell.errors import SandboxError
 from sandshell.sandbox.sandbox import Sandbox
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 
 @pytest.fixture(params=[("auto", "compiled"), ("off", "source")], ids=["loop", "wrapper-source"])

@@ -13,7 +13,7 @@ from sandshell.eval.run import Variant, run_suite
 from sandshell.eval.task import LEVELS, TaskError, load_task, load_tasks, select
 from tests.conftest import _base_settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"
 GOOD = """goal = "Write hi into /app/hi.txt"
 level = "trivial"

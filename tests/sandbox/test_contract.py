@@ -19,8 +19,7 @@ from sandshell.sandbox import engine
 from sandshell.sandbox.protocol import LIMITS
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.wrapper import CWD_FILE, EXEC_STATE, STATE_FILES
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 
 def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(sb: Sandbox) -> None:

@@ -18,8 +18,7 @@ import pytest
 from sandshell.resources import agent_dir
 from sandshell.sandbox.image import compile_loop
 from sandshell.sandbox.sandbox import Sandbox
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 
 @pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])

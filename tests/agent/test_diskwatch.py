@@ -503,7 +503,7 @@ def test_a_folder_given_its_reading_back_is_watched_at_once(tmp_path: Path) -> N
         for path in (root, root / "h", root / "h" / "f"):
             os.chown(path, 65534, 65534)
         (root / "h").chmod(0o300)
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src"), "PATH": "/usr/bin:/bin"}
+        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
         done = subprocess.run([python, "-c", UNREADABLE, str(root)], user=65534, group=65534, env=env,
                               capture_output=True, text=True, timeout=60)  # fmt: skip
         assert done.returncode == 0, done.stderr

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 
 @pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])

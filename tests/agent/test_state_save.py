@@ -12,8 +12,7 @@ import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.runner import SAVE_WAIT
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 STATE = "/run/sandshell-agent"
 

@@ -4,13 +4,11 @@ a compile that fails leaves the image building and the agent whole."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from sandshell.sandbox.image import NATIVE, compile_agent, copy_context
 from sandshell.sandbox.sandbox import Sandbox
-
-from .conftest import _base_settings
+from tests.conftest import _base_settings
 
 
 def test_the_default_sandbox_runs_the_compiled_agent(sb: Sandbox) -> None:

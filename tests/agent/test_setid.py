@@ -214,7 +214,7 @@ def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentenc
         "import runpy; sys.argv = ['sandshell_agent', '--stdio'];"
         "runpy.run_module('sandshell_agent', run_name='__main__')"
     )
-    agent_dir = str(Path(__file__).resolve().parents[1] / "src")
+    agent_dir = str(Path(__file__).resolve().parents[2] / "src")
     done = subprocess.run(
         [sys.executable, "-c", deny_seccomp, agent_dir],
         input=b"",
