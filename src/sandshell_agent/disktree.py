@@ -215,9 +215,9 @@ class Tree:
 
     def _links_now(self) -> int:
         """The files of many links, as they are now: a write through one of a file's names marks only
-        that name's folder changed (or none, through a descriptor), and its other folders' scans kept
-        its old size (an attacker's review grew such files through one name to 2.3 GiB past a 95.4 MiB
-        limit, counted at 4 KiB each through the other). At most LINKS_EACH are looked up a measure
+        that name's folder changed (or none, through a descriptor), and its other folders' scans keep
+        its old size (such files grown through one name went 2.3 GiB past a 95.4 MiB limit, counted
+        at 4 KiB each through the other). At most LINKS_EACH are looked up a measure
         (2,000: ~6 ms; a measure may come every 50 ms), in turns; the rest count as last seen."""
         n = len(self.link_order)
         start = self.links_from % n if n else 0
