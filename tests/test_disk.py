@@ -21,10 +21,10 @@ from tests.conftest import _base_settings
 LIMIT = 50_000_000  # every limit, small so the tests are quick
 MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
 # ... for a steady writer, which the watchdog measures the more often the nearer it gets to a limit
-# (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB when measured every
+# (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB if measured every
 # 50 ms whatever the pace (bench/slow_look_bench.py --fast, 20 runs each). A writer at 1.4-2 GB/s
-# crossed the limit within the turn before its first measure (up to 50 MB past) until a change the
-# kernel reports woke the measures of a quiet area: 0-7 MB past (20 runs, 2026-11-27).
+# would cross the limit within the turn before its first measure (up to 50 MB past), but a change
+# the kernel reports wakes the measures of a quiet area: 0-7 MB past (20 runs).
 PACED = 20_000_000
 QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
 

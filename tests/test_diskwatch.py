@@ -170,8 +170,8 @@ def test_the_share_is_a_sixteenth_of_the_users_watches_at_most_the_cap() -> None
 
 
 def test_a_slow_folder_kept_changing_does_not_hold_up_the_others(tmp_path: Path) -> None:
-    """A folder of 300,000 files touched every 20 ms made every quick measure rescan it (a second),
-    so the next came ten seconds later and a writer elsewhere took 4.7 GB. A slow folder is now
+    """A folder of 300,000 files touched every 20 ms would make every quick measure rescan it (a
+    second), the next come ten seconds later, and a writer elsewhere take 4.7 GB. A slow folder is
     scanned again only after ten times its scan; meanwhile what inotify names in it is looked at."""
     big, other = tmp_path / "big", tmp_path / "other"
     big.mkdir()
