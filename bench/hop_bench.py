@@ -6,7 +6,7 @@ median of:
 - `cat` echoing a line through a container's attach stream (the engine's floor for an attached agent);
 - a C relay (bench/relay.c, built here) between the attach stream and a bash: the least any agent
   hop could cost;
-- the issue's baseline: one bash kept open by `docker exec -i`, a sentinel after each command;
+- the baseline: one bash kept open by `docker exec -i`, a sentinel after each command;
 - sandshell's agent and bash driven by a minimal client: `run` frames written to the attach socket
   as bytes and the reply read until its exit frame (no host library);
 - the same through the host library's `Connection` (`send`, `recv`);

@@ -1,11 +1,11 @@
 """Where a `true`'s CPU goes, process by process: sandshell's `execute` against one bash kept open
-with `docker exec -i` (the floor of issue 9's round trip), on one sandbox, alternating.
+with `docker exec -i` (the baseline the round trip is measured against), on one sandbox, alternating.
 
 Run: .venv/bin/python bench/process_cpu_bench.py [--commands 3000] [--rounds 2]
 Prints a Markdown table: the mean round trip and the CPU a command of dockerd, the container's
 containerd-shim, this (host) process, the agent, its bash, and the `docker` CLI of the pipe (the
-pipe's own bash is not read). Summed, each way's CPU was about its round trip (2026-11-26): the
-hops follow each other, so (my reading) work on the path is what the round trip is made of.
+pipe's own bash is not read). Summed, each way's CPU is about its round trip: the hops follow
+each other, so work on the path is what the round trip is made of.
 """
 
 from __future__ import annotations

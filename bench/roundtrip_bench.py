@@ -7,7 +7,8 @@ Three measures on the machine's engine:
   N pings (host to agent and back, no shell): what the shell's part of a command adds is the difference;
 - the engine's floor for our transport: `cat` as a container's main process, one line written to
   its attach stream and read back (what any agent attached this way pays before doing anything);
-- the floor of the issue's baseline: `cat` under `docker exec -i` in the same container.
+- the floor of the baseline (one bash kept open by `docker exec -i`): `cat` under `docker exec -i` in the
+  same container.
 Prints a Markdown table.
 """
 

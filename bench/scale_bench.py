@@ -68,7 +68,7 @@ def parallel(base: Settings, tmp: Path, n: int, steps: int) -> dict[str, Any]:
 
 
 def engine_rss() -> dict[int, int]:
-    """RSS of the engine's per-container helpers (containerd-shim, fuse-overlayfs), by pid."""
+    """RSS of the engine's per-container processes (containerd-shim, fuse-overlayfs), by pid."""
     out = {}
     for p in psutil.process_iter(["name", "memory_info"]):
         name = p.info["name"] or ""

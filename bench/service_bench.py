@@ -124,7 +124,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--idle", type=int, default=0, help="also open this many idle sessions and measure memory")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of run_task then the API, interleaved")
-    ap.add_argument("--empty", action="store_true", help="run_task on an empty workspace (as before 2026-11-23 15h)")
+    ap.add_argument("--empty", action="store_true", help="run_task on an empty workspace (API tasks get starter files)")
     ap.add_argument("--poll", type=float, default=0.0, help="ask for each task every POLL seconds (0: long poll)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="sandshell-bench-"))

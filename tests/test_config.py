@@ -105,8 +105,8 @@ def test_core_never_imports_textual() -> None:
 
 
 def test_a_dotenv_line_that_is_not_name_value_is_a_bad_setting_not_a_silent_default(tmp_path: Path) -> None:
-    """Found by a newcomer's trial: each of these lines was skipped without a word, and the setting
-    it meant kept its default."""
+    """Each of these lines is a mistake a user makes; skipped without a word, the setting it meant
+    would keep its default."""
     bad = ["LLAMA_EXIT_TIMEOUT 5", "=5", 'LLAMA_DEFAULT_GOAL="unterminated', "garbage-line!!", "llama_exit_timeout=5",
            "LLAMA_EXIT_TIMEOUT"]  # fmt: skip
     for line in bad:

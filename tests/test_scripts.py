@@ -116,8 +116,8 @@ def test_start_sh_without_docker_says_so(tmp_path: Path, workspace: Path) -> Non
 def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
     tmp_path: Path, workspace: Path
 ) -> None:
-    """Found by a newcomer's trial: start.sh's set-up said the error and stopped, so a headless run
-    printed no JSON on stdout."""
+    """A headless run whose set-up finds an error says it once on stderr and still prints its JSON on
+    stdout."""
     env = env_for(tmp_path, workspace, LLAMA_MODEL_PATH="/nope/m.gguf")
     proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=900)  # fmt: skip
@@ -134,7 +134,7 @@ def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
 
 
 def test_start_sh_help_is_only_help(tmp_path: Path, workspace: Path) -> None:
-    """From a newcomer's trial: `./start.sh --help` ran the whole set-up check first and printed its lines."""
+    """`./start.sh --help` prints help alone: no set-up check first, none of its lines."""
     for argv in (["--help"], ["eval", "--help"]):
         proc = subprocess.run(["./start.sh", *argv], cwd=REPO, env=env_for(tmp_path, workspace), capture_output=True,
                               text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip

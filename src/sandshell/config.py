@@ -61,7 +61,7 @@ class Settings:
     observation_tokens: int = _f(
         "LLAMA_OBSERVATION_TOKENS", 0, "most tokens one observation takes (0: a fifth of the context); less is faster"
     )
-    # help for small models (issue 14): each off by default, measured on and off with `sandshell eval`
+    # help for small models: each off by default, measured on and off with `sandshell eval`
     few_shot: bool = _f("LLAMA_FEW_SHOT", False, "add a few short examples of answers to the fixed prompt")
     comment_chars: int = _f(
         "LLAMA_COMMENT_CHARS", -1, "most characters of an action's comment, by the grammar (-1: no cap, 0: none)"

@@ -3,14 +3,14 @@
 Three boundaries, one function each:
 - `inert` for what a terminal shows (the TUI, the `.cast`, stderr, the last words after quit):
   C0 and C1 controls, DEL, lone surrogates and the bidirectional overrides that reorder what a
-  reviewer reads become visible text (`^[`, `\\x07`, `\\u202e`, `\\udc80`); newlines and tabs stay.
+  person reads become visible text (`^[`, `\\x07`, `\\u202e`, `\\udc80`); newlines and tabs stay.
   `shown(event)` applies it to every text an event carries, however deep.
 - `json_line` for what a program reads (events.jsonl): JSON whose strings keep the exact text,
   with every control, DEL, C1 and surrogate escaped, so `cat` on it is as harmless as a reader.
 - `for_model` for what a model backend is sent: text it can encode. A lone surrogate (a cwd that is
   not UTF-8, `cd $'/tmp/\xff'`, comes as its bytes surrogate-escaped) is written as the byte it
-  stands for (`\xff`) or as its code (`\udc00`); an OpenAI-compatible request raised on it and
-  ended the session (an attacker's review).
+  stands for (`\xff`) or as its code (`\udc00`); an OpenAI-compatible request would raise on it and
+  end the session.
 """
 
 from __future__ import annotations

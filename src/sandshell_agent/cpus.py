@@ -1,13 +1,13 @@
 """The agent and its shell on one CPU while commands come and go (SANDSHELL_SHELL_CPU=shared, not
-the default: in sandbox_bench's round trip it made no difference on 2026-11-27, 1.57-1.66x against
-1.63-1.66x; docs/benchmarks.md. The disk tests it once failed now pass with it: the disk watchdog
-measured every 50 ms whatever a writer's pace, and `shared` only made a late measure likelier).
+the default: in sandbox_bench's round trip it makes no clear difference, 1.57-1.66x the bash pipe
+against 1.63-1.66x free; the disk tests pass with it, the disk watchdog pacing its measures to a
+writer's speed).
 
 A command handed to bash and its record handed back each woke the other process, most often on
 the other CPU: in this VM a halted CPU takes tens of µs to wake, and the agent waited on bash's
 state save when both ran on one. Kept to the CPU the agent started on, the loop's bash yields
-right after its record (bashloop.c), and the agent has it in 15-21 µs instead of 44-45: a `true`'s
-round trip went 0.407 -> 0.333 ms (agents_bench, docs/benchmarks.md). The loop's bash keeps to it
+right after its record (bashloop.c), and the agent has it in 15-21 µs instead of 44-45 (a `true`'s
+round trip 0.333 against 0.407 ms free, agents_bench). The loop's bash keeps to it
 only between commands: it sets itself free as it starts one, so a command and all it starts
 (`exec`'d programs too) run on every CPU the container has. The agent's main thread keeps to it
 while a command is quick (a flood's output is then read where there is room); its other threads

@@ -119,15 +119,15 @@ def deep_bytes(
 ) -> int:
     """Bytes under `folder/name`, a folder whose path is too long to name what is under it (lstat and
     scandir of a path past PATH_MAX fail, and six 40 MB files 17 folders of 250 characters deep
-    counted nothing against a 50 MiB limit: an attacker's review). Walked through one descriptor at
+    would count nothing against a 50 MiB limit). Walked through one descriptor at
     a time, down by name and back up by "..", so no depth runs out of descriptors; every file counts
     (those of many links too: more, never less), and set-id bits are taken off; a folder the agent
     may not read is let in as the path walk lets it in (`let_in`).
 
     The model may move folders while it runs. A folder moved away ends the walk with what was counted
-    (the next measure walks again). A folder already on the way down is not entered again: a second
-    review hung the walked chain back under its bottom as the walk went, and it walked for as long as
-    that went on (13 s, 780,000 levels, the agent's memory at 217 MB) while 360 MB went in unseen. So
+    (the next measure walks again). A folder already on the way down is not entered again: a chain
+    hung back under its own bottom as the walk goes would keep it walking for as long as that goes
+    on (13 s, 780,000 levels, the agent's memory at 217 MB, while 360 MB went in unseen). So
     the walk goes only through folders it has not passed, each of which counts a block: it ends once
     it has counted more than `cap` (the limit: over it, how much more does not matter), or past
     DEEP_LEVELS levels, which count as `cap` and one more."""

@@ -185,9 +185,9 @@ class DiskGuard:
     def check(self, a: Area, full: bool = True) -> float:
         """Measure one area, acting on a trip; returns the CPU time it took. Not the time it waited:
         behind a look through /proc that holds the interpreter's lock, a quick measure of 0.5 ms of
-        work once took 48 ms (each of its system calls gave the lock up and waited to get it back);
+        work can take 48 ms (each of its system calls gives the lock up and waits to get it back);
         timed so, it would slow the quick clock to 0.5 s, time for a fast writer to get hundreds of
-        MB past a limit (the likely cause of a suite run's 80 MB past 48 MB). The look itself
+        MB past a limit. The look itself
         (`_look`) stays timed by the wall clock: it is what holds the lock, and slowing it when it
         runs long leaves the measures more of it."""
         start = time.thread_time()

@@ -13,8 +13,8 @@ from . import inotify, openfiles
 from .diskentry import DEEP_PATH, SETID, Folder, Linked, Scan, blocks, bytes_of, deep_bytes, let_in, strip_setid
 
 # A folder whose scan takes longer than SLOW_SCAN is scanned again by a quick measure only after ten
-# times that (a folder of 300,000 files kept changing made every measure take a second, so the next
-# came ten seconds later, and a writer elsewhere took 4.7 GB meanwhile); in between, up to NAMED of
+# times that (a folder of 300,000 files kept changing would make every measure take a second, the
+# next come ten seconds later, and a writer elsewhere take 4.7 GB meanwhile); in between, up to NAMED of
 # the files inotify names in it are looked at one by one.
 SLOW_SCAN = 0.005
 NAMED = 10_000
@@ -29,7 +29,7 @@ class Tree:
     costs nothing otherwise), and of the folders it does not watch, those whose mtime changed. A
     full measure stats every file, so a change inotify does not report (a write through `mmap`) is
     seen too. Folders in `skip` are left out; a folder's own blocks count (60,000 empty folders
-    took 248 MB of the host's disk unseen).
+    take 248 MB of the host's disk).
     """
 
     def __init__(
@@ -215,9 +215,9 @@ class Tree:
 
     def _links_now(self) -> int:
         """The files of many links, as they are now: a write through one of a file's names marks only
-        that name's folder changed (or none, through a descriptor), and its other folders' scans kept
-        its old size (an attacker's review grew such files through one name to 2.3 GiB past a 95.4 MiB
-        limit, counted at 4 KiB each through the other). At most LINKS_EACH are looked up a measure
+        that name's folder changed (or none, through a descriptor), and its other folders' scans keep
+        its old size (such files grown through one name went 2.3 GiB past a 95.4 MiB limit, counted
+        at 4 KiB each through the other). At most LINKS_EACH are looked up a measure
         (2,000: ~6 ms; a measure may come every 50 ms), in turns; the rest count as last seen."""
         n = len(self.link_order)
         start = self.links_from % n if n else 0

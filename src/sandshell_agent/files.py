@@ -125,7 +125,7 @@ def agents_own(fd: int) -> str | None:
     """Why the file open at `fd` is not for the model's file actions, or None. The agent does them
     itself, and the entries of its own process under /proc (its timer slack, name, memory map) are
     open to it where they are closed to the model's processes (the agent is not dumpable): a timer
-    slack of 100 s set through a write held up every timeout after it (an attacker's review). A file
+    slack of 100 s set through a write would hold up every timeout after it. A file
     reached only through the agent's own descriptors (deleted, or in memory) is not the model's either."""
     try:
         where = os.readlink(f"/proc/self/fd/{fd}")

@@ -147,7 +147,7 @@ def _parse(line: bytes) -> dict[str, Any] | FrameError:
         return FrameError("malformed", f"not JSON: {e}")
     except StopIteration as e:  # (the scanner's way to say a value was expected at char e.value)
         return FrameError("malformed", f"not JSON: Expecting value: char {e.value}")
-    except RecursionError:  # a line of ~1,000 nested brackets: it crashed the reader (a code review)
+    except RecursionError:  # a line of ~1,000 nested brackets must not crash the reader
         return FrameError("malformed", "not JSON: nested too deeply")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         return FrameError("malformed", "a frame is a JSON object with a string 'type'")

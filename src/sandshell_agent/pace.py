@@ -9,9 +9,9 @@ a request: a look that ends early costs what sleeping would have. A request that
 model's next turn: seconds) ends the looking until requests come back to back again, so an agent
 driven by a model never spins. A look spends the container's CPU: once its CPU limit (SANDSHELL_CPUS)
 has held it back, there is none for HOLD_OFF, twice as long each time it happens again right after
-(in a loop of 0.3 ms commands, near the limit already, the looks had tripled the time held back:
-docs/benchmarks.md). The `true` round trip against the bash pipe went from 1.51-1.54x to
-1.14-1.26x on the machine it was measured on (docs/benchmarks.md, 2026-11-28).
+(in a loop of 0.3 ms commands, near the limit already, unbounded looks triple the time held back).
+With the looks, the `true` round trip is 1.14-1.26x the bash pipe where it is 1.51-1.54x without
+them, on the machine docs/benchmarks.md names.
 """
 
 from __future__ import annotations

@@ -59,11 +59,11 @@ class Alive:
     was handed out since the last listing: the pid namespace's newest pid (the last field of
     /proc/loadavg) is one pread, where listing /proc took ~60 µs after every command (a `true`
     starts no process), and each one's start time read with it. A listing may name processes that
-    ended since: once the pids wrap, a new process may have one of their pids (an attacker's review
-    ran a command's loop on under a dead `sleep`'s pid after its timeout, the pids wrapped by 176 s
-    of forks): the start time tells them apart (`spawned_since`). (Kept from one listing to the
-    next, a start time was stale for a pid reused in between: a job of the earlier command was then
-    taken for the next one's.)"""
+    ended since: once the pids wrap, a new process may have one of their pids (a command's loop
+    could run on under a dead `sleep`'s pid after its timeout, the pids wrapped by 176 s of
+    forks): the start time tells them apart (`spawned_since`). (Kept from one listing to the
+    next, a start time would be stale for a pid reused in between, and a job of the earlier
+    command taken for the next one's.)"""
 
     def __init__(self) -> None:
         try:

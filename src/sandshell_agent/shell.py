@@ -34,7 +34,7 @@ from .wrapper import (
 OUTPUT_BUFFER = 1 << 20  # bash's stdout/stderr send buffer (default 208 KiB; the kernel doubles it)
 LOOP_LIBRARY = os.path.join(AGENT_HOME, "bashloop.so")  # built with the image
 # What stands for a cwd whose path neither bash (bashloop.c's CWD_MAX) nor the kernel's readlink will
-# give: over PATH_MAX. Said as the result's cwd, not "" (the host showed "/" for it: a review).
+# give: over PATH_MAX. Said as the result's cwd, not "" (which the host would show as "/").
 LONG_CWD = "(a folder whose path is over 4,096 bytes)"
 
 

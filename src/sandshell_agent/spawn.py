@@ -23,7 +23,7 @@ def bash(places: tuple[str, ...], home: str, stdin: int, stdout: int, stderr: in
 
     A fork the process limit refuses is tried again a moment later, then once more after every
     process but the agent's own is killed: the shell is gone, and what is left is the model's (a
-    fork bomb caught as the shell died took the agent down here: an attacker's review)."""
+    fork bomb caught as the shell dies must not take the agent down here)."""
     killed = 0
     for where in dict.fromkeys(places):  # (each place once, in order)
         for attempt in range(3):
@@ -58,8 +58,8 @@ def bash(places: tuple[str, ...], home: str, stdin: int, stdout: int, stderr: in
 def first_to_go(pid: int) -> None:
     """Make bash, and so all it starts (children inherit it), the memory limit's first to go: the
     kernel's OOM killer takes the process of the highest score in the container, the agent not
-    exempt (it is not the machine's init), and sixty workers smaller than the agent took it down in
-    1.5 s (an attacker's review). A raise needs no privilege; the model may bring its own processes
+    exempt (it is not the machine's init), and sixty workers smaller than the agent would take it
+    down in 1.5 s. A raise needs no privilege; the model may bring its own processes
     back down to 0, never below the agent's. Written before bash reads its first line: it has no
     child yet."""
     try:

@@ -1,7 +1,7 @@
 """The model's share of inotify instances. Their limit (fs.inotify.max_user_instances, 128 by default)
 is per user of the whole machine, and root inside is root outside: every instance the model holds is
-one the engine, the host's services and other sessions' agents do not get (an attacker's review
-held 126 of 128). The set-id filter hands every `inotify_init` and `inotify_init1` to the agent's
+one the engine, the host's services and other sessions' agents do not get (a command could hold
+126 of 128). The set-id filter hands every `inotify_init` and `inotify_init1` to the agent's
 guard (`chmods.py`), which lets the call go on while the container's processes hold fewer than
 INSTANCES, and answers EMFILE (the kernel's own word for too many) once they hold that many."""
 
@@ -26,7 +26,7 @@ def held(agent: int) -> int:
         try:
             base, fds = openfiles.entry(pid)
             count += sum(_inotify(f"{base}/fd/{fd}") for fd in fds)
-        except PermissionError:  # not dumpable (a second review held 40 so): what it holds is unseen,
+        except PermissionError:  # not dumpable: what it holds is unseen,
             count += INSTANCES  # so it is taken to hold the whole share
     return count
 

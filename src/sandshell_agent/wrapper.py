@@ -77,8 +77,8 @@ def last_saved(state_dir: str) -> tuple[int, str | None]:
     for name in STATE_SCRIPTS:
         path = os.path.join(state_dir, name)
         mark, _, number = (files.last_line(path) or "").rpartition(" ")
-        # (isascii: "²".isdigit() is true and int("²") raises; the model writes these files, an
-        # attacker's review ended the agent so)
+        # (isascii: "²".isdigit() is true and int("²") raises; the model writes these files, and a
+        # raise here would end the agent)
         if mark == WHOLE and number.isascii() and number.isdigit() and int(number) >= best[0]:
             best = (int(number), path)
     return best
@@ -134,7 +134,7 @@ def functions(state_dir: str, tag: str, saved: int = 0) -> list[str]:
         f' builtin printf "%s\\n%s" "${q}" "$PWD" >| {st}/{CWD_FILE}; }} 2>/dev/null',
         # Read the nonce, the length and the command (encode_command): `read -N` takes it in blocks,
         # where a read up to a delimiter, or with a timeout, takes a byte (and a select) at a time:
-        # 100 KB took 145 ms, now 1 ms. The model's `TMOUT` (read's default timeout) is set aside;
+        # 100 KB a byte at a time takes ~145 ms. The model's `TMOUT` (read's default timeout) is set aside;
         # a readonly one gets a timeout of the wrapper's instead, so it cannot cut a command short.
         # A read that fails or comes short (a builtin disabled, a variable in the way) ends the
         # shell: what is left of the command on bash's input must never run as lines of its own.

@@ -84,9 +84,9 @@ def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: 
 
 
 def test_a_cwd_too_long_to_name_is_said_so_not_shown_as_slash(box: Sandbox) -> None:
-    """An attacker's review: 25 folders of 200 characters made a cwd of 5,029 bytes, which neither
-    bash's record (CWD_MAX) nor the kernel's readlink gives. The result said "/", a relative file
-    action went to the agent's own cwd (/app), and after `kill -9 $$` the new shell started in /app
+    """25 folders of 200 characters make a cwd of 5,029 bytes, which neither bash's record
+    (CWD_MAX) nor the kernel's readlink gives. Unguarded, the result says "/", a relative file
+    action goes to the agent's own cwd (/app), and after `kill -9 $$` the new shell starts in /app
     under "a new one started in the same cwd", with no word of the folder it could not return to."""
     x, loop = "x" * 200, box.hello.get("shell") == "loop"
     deep = "/tmp/" + "/".join([x] * 25)  # (the bash functions say $PWD whole: the agent keeps what they say)
@@ -103,8 +103,8 @@ def test_a_cwd_too_long_to_name_is_said_so_not_shown_as_slash(box: Sandbox) -> N
 
 
 def test_the_compiled_loop_removed_from_inside_leaves_the_bash_functions_not_a_dead_shell(workspace: Path) -> None:
-    """An attacker's review: root inside removed bashloop.so and killed the shell; every later command
-    ended with exit 3 ("cannot open shared object") under a notice about the saved state."""
+    """Root inside removes bashloop.so and kills the shell: unguarded, every later command ends with
+    exit 3 ("cannot open shared object") under a notice about the saved state."""
     settings = _base_settings(exit_timeout=3.0, kill_grace=0.5)
     with Sandbox(workspace=workspace, settings=settings) as sb:
         assert sb.hello.get("shell") == "loop", sb.hello
@@ -286,8 +286,8 @@ ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: only the main thread ends; /proc s
 
 def test_a_process_whose_main_thread_exited_is_still_killed_with_its_command(box: Sandbox) -> None:
     """Its leader a zombie, its other threads running: the kill walk took it for dead and left it
-    writing after the result said timed out (an attacker's review found it; the disk watchdog's
-    and the process watchdog's kills share the walk)."""
+    writing after the result said timed out (the disk watchdog's and the process watchdog's kills
+    share the walk)."""
     box.write_file("/tmp/zombie.py", ZOMBIE_LEADER)
     r = box.execute("setsid python3 /tmp/zombie.py >/dev/null 2>&1 & sleep 30", timeout=2)
     assert r.timed_out, r
@@ -298,7 +298,7 @@ def test_a_process_whose_main_thread_exited_is_still_killed_with_its_command(box
 
 def test_a_state_file_numbered_in_other_digits_cannot_end_the_agent(box: Sandbox) -> None:
     """`"²".isdigit()` is true and `int("²")` raises: both state scripts marked "whole ²", then
-    the shell ended, made the next shell's start raise in the agent, PID 1 (an attacker's review)."""
+    the shell ended, must not make the next shell's start raise in the agent, PID 1."""
     container = box.container.id
     r = box.execute("cd /etc; for f in /run/sandshell-agent/state0.sh /run/sandshell-agent/state1.sh; do "
                     "printf '# sandshell: whole \\xc2\\xb2\\n' > $f; done; exit 4")  # fmt: skip
@@ -310,8 +310,7 @@ def test_a_state_file_numbered_in_other_digits_cannot_end_the_agent(box: Sandbox
 
 def test_a_cwd_that_is_not_utf8_survives_a_killed_shell(box: Sandbox) -> None:
     """A folder named in bytes that are not UTF-8, the shell killed there (no EXIT trap, no saved
-    cwd): the next shell is sent to that cwd, and sending its name ended the agent (an attacker's
-    review)."""
+    cwd): the next shell is sent to that cwd, and sending its name must not end the agent."""
     container = box.container.id
     r = box.execute("mkdir -p $'/tmp/\\xff' && cd $'/tmp/\\xff'")
     assert r.cwd == "/tmp/\udcff", r  # (the name's bytes, escaped: what the agent holds and sends back)
@@ -325,8 +324,8 @@ def test_a_cwd_that_is_not_utf8_survives_a_killed_shell(box: Sandbox) -> None:
 def test_the_agents_own_process_files_are_closed_to_the_models_file_actions(box: Sandbox) -> None:
     """The agent does the model's file actions itself, and its own /proc entries are open to it
     where the agent's non-dumpable mark closes them to the model's processes. Through a write, a
-    timer slack of 100 s held up every timeout after it (3 s took 19), and `comm` renamed the agent;
-    through a read, its memory map and registers came out (an attacker's review)."""
+    timer slack of 100 s would hold up every timeout after it (3 s took 19), and `comm` would rename
+    the agent; through a read, its memory map and registers would come out."""
     own = "agent's own process files"
     tids = [t for t in box.execute("ls /proc/1/task").output.split() if t != "1"]
     assert tids, "the agent has threads of its own (the disk watchdog's)"
@@ -378,8 +377,8 @@ time.sleep(30)
 
 
 def test_a_process_table_filled_as_the_shell_dies_does_not_end_the_agent(box: Sandbox) -> None:
-    """The agent's fork of a new shell failed (EAGAIN) and the error ended it, and with it the
-    sandbox, in two runs of three (an attacker's review). Now it makes room and says so."""
+    """The agent's fork of a new shell fails (EAGAIN) in a full process table; the error must not
+    end the agent, and with it the sandbox: it makes room and says so."""
     box.write_file("/tmp/burst.py", BURST)
     container, said = box.container.id, []
     for _ in range(3):

@@ -104,7 +104,7 @@ def test_a_thief_of_the_next_command_cannot_pass_a_record_for_it(sb: Sandbox) ->
     assert r.output == "honest\n" and r.return_code == 0, r
 
 
-# Found by an attacker's review of the loop (each seen to break it before its fix).
+# Attacks on the loop from inside the shell (each seen to break it without its guard).
 
 MITM = r"""
 rm -f /tmp/f; mkfifo /tmp/f
@@ -121,10 +121,10 @@ echo armed
 
 
 def test_an_input_swapped_for_a_helpers_runs_no_command_of_the_helpers(sb: Sandbox) -> None:
-    """A helper holding the loop's input relays each nonce with a command of its own, through a FIFO
+    """A process holding the loop's input relays each nonce with a command of its own, through a FIFO
     put where the loop reads (closing fd 202 first lets `exec 202<` stick). The loop reads only from
     the input it started with, and only commands tagged under its key: the shell is replaced, and
-    nothing of the helper's runs."""
+    nothing of the relay's runs."""
     assert sb.execute(MITM).output.startswith("armed\n")  # (the loop's word on the swap may follow it)
     r = sb.execute("echo real; touch /tmp/real-ran", timeout=3)
     assert r.return_code != 77 and "forged" not in r.output and r.cwd != "/etc", r

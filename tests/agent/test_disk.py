@@ -21,10 +21,10 @@ from tests.conftest import _base_settings
 LIMIT = 50_000_000  # every limit, small so the tests are quick
 MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
 # ... for a steady writer, which the watchdog measures the more often the nearer it gets to a limit
-# (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB when measured every
+# (`Area.soon`): at ~700 MB/s beside a slow look, up to 7 MB past paced, 38 MB if measured every
 # 50 ms whatever the pace (bench/slow_look_bench.py --fast, 20 runs each). A writer at 1.4-2 GB/s
-# crossed the limit within the turn before its first measure (up to 50 MB past) until a change the
-# kernel reports woke the measures of a quiet area: 0-7 MB past (20 runs, 2026-11-27).
+# would cross the limit within the turn before its first measure (up to 50 MB past), but a change
+# the kernel reports wakes the measures of a quiet area: 0-7 MB past (20 runs).
 PACED = 20_000_000
 QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included)
 
@@ -217,8 +217,8 @@ def test_more_folders_than_its_share_of_watches_neither_exhaust_the_host_nor_hid
     sb.execute("rm -rf /app/deep")
 
 
-# Found by an attacker's review of the look through /proc: a process whose main thread ended (raw
-# SYS_exit) while a worker writes shows no descriptor in its own /proc entry, only in its threads'.
+# A process whose main thread ended (raw SYS_exit) while a worker writes shows no descriptor in its
+# own /proc entry, only in its threads': the look through /proc must read those.
 LEADER = """
 import ctypes, os, platform, threading, time
 def work():
@@ -288,7 +288,7 @@ def test_a_writer_through_mmap_is_stopped_while_it_runs(box: tuple[Sandbox, Path
     sb.execute("rm -rf /app/mm /tmp/mm.py")
 
 
-# Found by an attacker's review of the watchdog: disk the areas' folders did not show.
+# Disk the areas' folders do not show, which the watchdog must still count.
 HIDDEN = {
     "files under /run (the container's own layer, once skipped as a mount)": (
         "for i in 1 2 3 4 5 6; do head -c 20000000 /dev/zero > /run/big$i; sleep 0.2; done",
@@ -354,8 +354,8 @@ def test_disk_no_folder_shows_still_counts(box: tuple[Sandbox, Path], how: str) 
 
 def test_deleting_the_images_own_files_frees_no_room(tmp_path: Path) -> None:
     """The image's files stay on the host in its layer whatever the container deletes: deleting them
-    must not make room. An attacker's review deleted 114 MB of them and wrote 115 MB to /root past a
-    50 MB limit, with no notice."""
+    must not make room (114 MB of them deleted would let 115 MB go to /root past a 50 MB limit,
+    with no notice)."""
     ws = tmp_path / "workspace"
     ws.mkdir()
     s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
@@ -367,8 +367,8 @@ def test_deleting_the_images_own_files_frees_no_room(tmp_path: Path) -> None:
 
 
 # Locked, the agent runs as the model's uid with no capability: a folder the model made unreadable
-# and unsearchable hid what was written in it (an attacker's review: 300 MB under a `chmod 0300`
-# folder, 360 MB with /app itself made so, no notice).
+# and unsearchable would hide what was written in it (300 MB under a `chmod 0300` folder, 360 MB
+# with /app itself made so, no notice).
 HIDE = "chmod 0300 /app/m; chmod 0300 /app;"
 
 
@@ -409,8 +409,8 @@ print(os.fstat(fd).st_size)
 
 
 def test_gigabytes_a_call_are_refused(box: tuple[Sandbox, Path]) -> None:
-    """One fallocate call took 40 MB in ~0.1 ms: 400 of them put 16 GB past a 50 MB limit, unseen (an
-    attacker's review; 1,360 MB here with the filter's rule taken out). The filter answers EOPNOTSUPP
+    """One fallocate call takes 40 MB in ~0.1 ms: 400 of them would put 16 GB past a 50 MB limit,
+    unseen (1,360 MB here with the filter's rule taken out). The filter answers EOPNOTSUPP
     and glibc writes a byte a block instead, still faster than the 50 ms look (52-94 MB lost here):
     a margin of its own."""
     sb, ws = box
@@ -431,8 +431,8 @@ def test_fallocate_is_refused_but_posix_fallocate_and_punching_holes_work(box: t
     assert r.output == f"-1 True\n0\n{1 << 20}\n", r
 
 
-# From an attacker's review: make every look through /proc as slow as its bounds allow. Looks made in
-# the measuring thread then held up its quick measures: a plain writer went 540-608 MB past.
+# Every look through /proc made as slow as its bounds allow. Looks made in the measuring thread
+# would hold up its quick measures (a plain writer went 540-608 MB past): they have a thread of their own.
 STALL = """
 import os, time
 for p in range(13):  # 13 processes of 4,000 descriptors: past the 50,000 a look reads, ~0.25 s a look
@@ -540,9 +540,8 @@ def test_files_deleted_while_held_are_found_with_the_cpu_taken(box: tuple[Sandbo
     """The look through /proc, starved of CPU: 40 busy loops share the container's CPU with a writer
     into files deleted while held open (seen only by the look), at most 4 MB a second. Here it stopped
     0-2 MB past the limit (four runs of a script); with the look made every 30 s while a command
-    runs, 25 MB past.
-    An attacker's review saw 34 MB past with a look that gave way to the measures (taken out: under
-    load the measures covered the clock, and the look waited)."""
+    runs, 25 MB past. The look does not give way to the measures: under load the measures cover
+    the clock, the look waits, and 34 MB went past."""
     sb, _ = box
     sb.write_file("/tmp/held.py", HELD)
     try:
@@ -569,8 +568,8 @@ DEEP_HIDDEN = (
 
 def test_a_deep_folder_the_agent_may_not_read_still_counts_in_locked(tmp_path: Path) -> None:
     """Past 3,072 bytes of path a folder is walked by descriptor, and there a `chmod 0300` folder
-    (which the locked profile's agent, without capabilities, may not read) counted nothing: 240 MB
-    past a 50 MB limit (a second attacker's review). It is let in there as it is by the path walk."""
+    (which the locked profile's agent, without capabilities, may not read) would count nothing: 240 MB
+    past a 50 MB limit. It is let in there as it is by the path walk."""
     ws = tmp_path / "workspace"
     ws.mkdir()
     if os.geteuid() == 0:

@@ -170,8 +170,8 @@ def test_the_share_is_a_sixteenth_of_the_users_watches_at_most_the_cap() -> None
 
 
 def test_a_slow_folder_kept_changing_does_not_hold_up_the_others(tmp_path: Path) -> None:
-    """A folder of 300,000 files touched every 20 ms made every quick measure rescan it (a second),
-    so the next came ten seconds later and a writer elsewhere took 4.7 GB. A slow folder is now
+    """A folder of 300,000 files touched every 20 ms would make every quick measure rescan it (a
+    second), the next come ten seconds later, and a writer elsewhere take 4.7 GB. A slow folder is
     scanned again only after ten times its scan; meanwhile what inotify names in it is looked at."""
     big, other = tmp_path / "big", tmp_path / "other"
     big.mkdir()
@@ -291,7 +291,7 @@ def _mmap_shared(size: int, fd: int) -> tuple[ctypes.CDLL, int]:
 def test_a_deleted_file_only_mapped_counts_at_most_the_cap(tmp_path: Path) -> None:
     """A mapping may reach far past its file's end: 1 TiB of a one-page file, deleted, with no
     descriptor left. Its blocks cannot be read, so it counts at the bytes mapped, but at most `cap`
-    (the area's limit): an attacker's review saw the area 'grow' to 1 TiB in the notice."""
+    (the area's limit), so the notice never says the area 'grew' to 1 TiB."""
     phantom = tmp_path / "phantom"
     phantom.write_bytes(b"p" * 4096)
     dev, cap, size = tmp_path.stat().st_dev, 16 << 20, 1 << 40
@@ -375,10 +375,10 @@ def test_the_flushes_take_turns_round_every_mapped_file(tmp_path: Path, monkeypa
 
 
 def test_a_file_of_many_links_counts_once_wherever_its_links_are(tmp_path: Path) -> None:
-    """From an attacker's review: write P/F, link it as P/sub/F while P changes too (both folders
-    scanned in one quick measure: F counted once, in P), then unlink P/F: P/sub is not scanned
-    again (nothing happened in it), so F counted nowhere. Repeated, 840 MiB went past 47.7 MiB
-    until the next full measure. Now every folder keeps its files of many links, counted once."""
+    """Write P/F, link it as P/sub/F while P changes too (both folders scanned in one quick measure:
+    F counted once, in P), then unlink P/F: P/sub is not scanned again (nothing happened in it), so
+    F would count nowhere (repeated, 840 MiB past 47.7 MiB until the next full measure). Every
+    folder keeps its files of many links, counted once."""
     sub = tmp_path / "sub"
     sub.mkdir()
     tree = Tree(str(tmp_path))
@@ -403,9 +403,9 @@ def linked_twice(folder: Path, n: int) -> None:
 
 
 def test_a_file_of_many_links_grown_through_one_counts_at_its_size_now(tmp_path: Path) -> None:
-    """From a second review: files linked as P/Fj and P/sub/Fj, then grown through P/Fj (appended, or
-    held open, unlinked and written): only P changes, and P/sub's scan, made later in the walk, kept
-    each file's old size, 4 KiB: 2.3 GiB went past a 95.4 MiB limit until the next full measure."""
+    """Files linked as P/Fj and P/sub/Fj, then grown through P/Fj (appended, or held open, unlinked
+    and written): only P changes, and P/sub's scan, made later in the walk, must not keep each
+    file's old size, 4 KiB (2.3 GiB past a 95.4 MiB limit until the next full measure)."""
     linked_twice(tmp_path, 3)
     tree = Tree(str(tmp_path))
     tree.measure()
@@ -446,7 +446,7 @@ def test_a_fresh_scan_of_a_file_of_many_links_beats_an_older_lookup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Files of many links, all looked up; then each grown through a name in a folder scanned at once:
-    the scan's size counts, not the last lookup's (which an older turn made: a code review)."""
+    the scan's size counts, not the last lookup's (which an older turn made)."""
     monkeypatch.setattr(disktree, "LINKS_EACH", 2)
     linked_twice(tmp_path, 6)
     tree = Tree(str(tmp_path))
@@ -462,7 +462,7 @@ def test_a_fresh_scan_of_a_file_of_many_links_beats_an_older_lookup(
 def test_the_images_files_count_nothing_until_they_change_then_in_full(tmp_path: Path) -> None:
     """Deleting one of the image's files frees nothing on the host (its layer keeps it): it must not
     make room. Changing one (a rewrite in place, a chmod) copies it up whole: it counts in full, where
-    counting only its growth had let a rewrite of the same size count nothing (a code review)."""
+    counting only its growth would let a rewrite of the same size count nothing."""
     for name in ("rewritten", "chmodded", "deleted", "kept"):
         (tmp_path / name).write_bytes(b"i" * 1_000_000)
     tree = Tree(str(tmp_path), image=diskentry.inodes(str(tmp_path)))
@@ -492,7 +492,7 @@ print(tree.measure(full=False), Tree(root, watch=False).measure())
 def test_a_folder_given_its_reading_back_is_watched_at_once(tmp_path: Path) -> None:
     """As the locked profile's agent does (no capability, the model's uid): a folder the model made
     0300 is scanned once its owner's reading is back, and watched too, so a quick measure sees a file
-    in it grow (a code review: it stayed unwatched, and appends went unseen until a full measure)."""
+    in it grow (unwatched, appends would go unseen until a full measure)."""
     python = shutil.which("python3", path="/usr/bin:/bin")  # (the venv's may be in root's home, closed to others)
     if os.geteuid() != 0 or python is None:
         pytest.skip("needs root and a system python3, to run the measure as another user")
@@ -539,10 +539,10 @@ def _deep(root: Path, levels: int = 17) -> int:
 
 
 def test_files_under_a_path_past_path_max_count_and_lose_set_id_bits(tmp_path: Path) -> None:
-    """The watchdog measured by path: at the first folder whose path passed PATH_MAX, lstat and
-    scandir failed and everything under it counted nothing (241 MB under a 50 MiB workspace limit
-    went unseen: an attacker's review). Such a folder is now walked by descriptor, by every
-    measure, quick ones included (no watch can be put on a path that long)."""
+    """Measured by path, at the first folder whose path passes PATH_MAX lstat and scandir fail and
+    everything under it counts nothing (241 MB under a 50 MiB workspace limit went unseen). Such a
+    folder is walked by descriptor, by every measure, quick ones included (no watch can be put on a
+    path that long)."""
     (tmp_path / "top").mkdir()
     tree = Tree(str(tmp_path / "top"), strip_setid=True)
     empty = tree.measure()
@@ -563,8 +563,8 @@ def test_files_under_a_path_past_path_max_count_and_lose_set_id_bits(tmp_path: P
 
 
 def test_a_deep_walk_ends_past_its_cap_and_its_depth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A model that keeps adding folders below the walk (or hangs walked ones back under it: a second
-    review kept a walk going 13 s while 360 MB went in) cannot keep it going: each new folder counts
+    """A model that keeps adding folders below the walk (or hangs walked ones back under it, which
+    kept a walk going 13 s while 360 MB went in) cannot keep it going: each new folder counts
     a block, and past the cap (the area's limit and more) the walk stops, over it; past DEEP_LEVELS
     levels it counts as over the cap."""
     (tmp_path / "top").mkdir()

@@ -1,5 +1,5 @@
 """The agent's process bookkeeping on its own, in a pid namespace of the test's (where the pids can be
-made to wrap at once: in the container an attacker's review took 176 s of forks to do it)."""
+made to wrap at once: in the container it takes 176 s of forks)."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ print("killed" if new.pid in found else "spared")
 
 
 def test_a_process_with_the_pid_of_one_alive_before_the_command_is_still_the_commands() -> None:
-    """A command's processes are those not alive before it: a pid alone named a process that ended
-    since, and the pids wrapped, a timed-out command's loop got one of those pids and ran on after
-    its result said timed out (an attacker's review). The start time tells the two apart."""
+    """A command's processes are those not alive before it, but a pid alone may name a process that
+    ended since: once the pids wrap, a timed-out command's loop may get one of those pids and run on
+    after its result said timed out. The start time tells the two apart."""
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", sys.executable, "-c", REUSE]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -65,9 +65,9 @@ print("killed" if job.pid in found else "spared")
 
 
 def test_a_job_left_by_an_earlier_command_on_a_reused_pid_is_not_the_next_ones() -> None:
-    """The other way round: a start time kept from an earlier listing for a pid reused since made a
-    job the command before had left (on that pid) look new, to be killed at the next one's timeout
-    (found by a code review). Every listing reads them afresh."""
+    """The other way round: a start time kept from an earlier listing for a pid reused since would
+    make a job the command before had left (on that pid) look new, to be killed at the next one's
+    timeout. Every listing reads them afresh."""
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", sys.executable, "-c", STALE]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -252,8 +252,8 @@ print("undumpable", "refused" if libc.inotify_init1(0) < 0 else "allowed")
 
 def test_the_model_holds_a_bounded_share_of_the_machines_inotify_instances(sb: Sandbox) -> None:
     """Their limit is per user of the whole machine, and root inside is root outside: a command
-    held 126 of 128, leaving none to the engine, the host's services or other sessions' agents (an
-    attacker's review). Past its share the model hears EMFILE, as from the kernel's own limit; a
+    could hold 126 of 128, leaving none to the engine, the host's services or other sessions'
+    agents. Past its share the model hears EMFILE, as from the kernel's own limit; a
     tool that watches a file still can, and the disk watchdog, which holds its own, goes on."""
     from sandshell_agent.watchers import INSTANCES
 

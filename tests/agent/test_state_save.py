@@ -89,10 +89,10 @@ def test_every_kind_of_change_to_the_exports_is_saved(sb: Sandbox) -> None:
 
 
 def test_an_export_hidden_in_a_functions_scope_is_saved_after_it(sb: Sandbox) -> None:
-    """Found by a review: in a function, a local variable not exported hides the exported one of the
-    same name from `export -p`; a save made there (`__ss_end`, as a trap runs it) printed the exports
-    without it while the copy they were printed from (every exported variable) still had it. Back at
-    the top the copy matched, and that text was saved again: a new shell lost the variable."""
+    """In a function, a local variable not exported hides the exported one of the same name from
+    `export -p`; a save made there (`__ss_end`, as a trap runs it) would print the exports without
+    it while the copy they are printed from (every exported variable) still had it. Back at the top
+    the copy would match, and that text would be saved again: a new shell would lose the variable."""
     if sb.hello.get("shell") != "loop":
         pytest.skip("the compiled loop's save (the bash functions print `export -p` every time)")
     sb.execute("export HID=1")
@@ -118,9 +118,9 @@ def test_a_timed_out_command_whose_shell_ended_it_first_keeps_its_state(sb: Sand
 
 
 def test_an_exported_posixly_correct_does_not_break_every_new_shell(sb: Sandbox) -> None:
-    """It turned posix mode on half way through the restore, where a function named `my-func` is an
-    error that ends a non-interactive shell: every replacement died in its setup and no command ran
-    again (an attacker's review found it)."""
+    """It turns posix mode on half way through the restore, where a function named `my-func` is an
+    error that ends a non-interactive shell: unguarded, every replacement dies in its setup and no
+    command runs again."""
     sb.execute("my-func() { echo mine; }; keepme() { echo kept; }; export KEEP=1; export POSIXLY_CORRECT=1")
     sb.execute("export SHELLOPTS")  # readonly: posix mode's `export SHELLOPTS=...` read back ended the shell too
     r = sb.execute("kill -9 $$", timeout=3)
@@ -173,10 +173,10 @@ def test_a_saved_state_that_ends_every_new_shell_gives_way_to_a_fresh_one(sb: Sa
 
 
 def test_a_command_cannot_take_the_new_shells_ready_byte(sb: Sandbox) -> None:
-    """Found by an attacker's review: through the bash functions, a function of the model's named
-    `exec` kept the ready channel open in bash (its `exec N>&-` called the function); a command
-    reopened that pipe through /proc for reading, took the byte and killed the shell: the agent
-    dropped the saved state and ran the command again. A socket cannot be reopened (ENXIO)."""
+    """Through the bash functions, a function of the model's named `exec` keeps the ready channel
+    open in bash (its `exec N>&-` calls the function); were it a pipe, a command could reopen it
+    through /proc for reading, take the byte and kill the shell: the agent would drop the saved
+    state and run the command again. A socket cannot be reopened (ENXIO)."""
     sb.execute('exec() { builtin exec "$@"; }; export KEPT=yes', timeout=3)
     sb.execute("kill -9 $$", timeout=3)  # a new shell, whose setup's `exec N>&-` calls that function
     steal = "for f in /proc/$$/fd/*; do timeout 1 cat $f 2>/dev/null | head -c 1; done; kill -9 $$"

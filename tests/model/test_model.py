@@ -52,7 +52,7 @@ def test_the_default_model_needs_no_configuration(backend: LlamaBackend) -> None
 
 def test_a_prompt_with_a_lone_surrogate_is_counted_and_generated_from(backend: LlamaBackend) -> None:
     """A cwd that is not UTF-8 (`cd $'/tmp/\\xff'`) reaches the prompt as a lone surrogate: the tokenizer
-    raised UnicodeEncodeError on it (an attacker's review, on the OpenAI backend); now written as `\\xff`."""
+    would raise UnicodeEncodeError on it (as the OpenAI backend's request body would): it is written as `\\xff`."""
     messages = [*MESSAGES, {"role": "user", "content": "0 root@sandbox:/tmp/\udcff # \ud83d"}]
     assert backend.count(messages) > backend.count(MESSAGES)
     assert any(isinstance(x, Stats) for x in backend.stream(messages, {"max_tokens": 4}))

@@ -117,8 +117,8 @@ def test_the_context_size_is_asked_of_a_llama_server() -> None:
 
 
 def test_a_cwd_that_is_not_utf8_reaches_the_model_server_as_an_escape(server: str, tmp_path: Path) -> None:
-    """An attacker's review: one `cd $'/tmp/\\xff'` put a lone surrogate (the byte, escaped) into the next
-    prompt, the request's body could not be encoded, and the session ended "failed unexpectedly"."""
+    """One `cd $'/tmp/\\xff'` puts a lone surrogate (the byte, escaped) into the next prompt: unescaped,
+    the request's body cannot be encoded, and the session ends "failed unexpectedly"."""
     ws = tmp_path / "ws"
     ws.mkdir()
     s = config.load(env_file=None, environ={}).replace(

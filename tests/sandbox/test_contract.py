@@ -111,7 +111,7 @@ def test_a_watchdog_notice_belongs_to_the_command_it_is_about(sb: Sandbox) -> No
     during = sb.execute(f"{bomb}; sleep 3; echo never", timeout=6)
     after = sb.execute("echo after")
     assert "processes reached the limit" in (during.notice or ""), during
-    # ... and like a timeout, it ends the command line: an attacker's review saw `echo never` run
+    # ... and like a timeout, it ends the command line: `echo never` must not run after the trip
     assert "never" not in during.output and during.return_code != 0, during
     assert not (during.notice or "").startswith("before this command"), during
     assert after.notice is None and after.output == "after\n", after
@@ -274,8 +274,8 @@ def test_the_agent_answers_any_request_and_stays_up(sb: Sandbox, frame: dict[str
 @pytest.mark.parametrize("code", ["compiled", "source"])
 def test_an_id_nested_as_deep_as_the_parser_takes_is_answered_not_a_crash(workspace: Path, code: str) -> None:
     """Every reply echoes the request's id: one nested a level or two short of the parser's limit
-    was parsed, then could not be encoded back (RecursionError), and the agent, PID 1, ended (a
-    review of the compiled agent; in the source agent, whose encoding runs a frame or two deeper)."""
+    parses, then cannot be encoded back (RecursionError), which must not end the agent, PID 1
+    (compiled, or from source, whose encoding runs a frame or two deeper)."""
     settings = _base_settings(exit_timeout=3.0, agent_code=code)
     with Sandbox(workspace=workspace, settings=settings) as sb:
         container = sb.container.id

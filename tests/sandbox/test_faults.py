@@ -418,9 +418,9 @@ def _unreachable_agent(monkeypatch: pytest.MonkeyPatch, sb: Sandbox) -> list[flo
 def test_an_agent_that_reattaches_but_stays_silent_is_given_up_after_one_reconnect(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Settings
 ) -> None:
-    """An agent whose timer slack a write action had set to 100 s answered every re-attach and never
-    the command: the host re-attached ~290 times in a second (its deadline had passed, so each wait
-    ended at once), then removed a live container (an attacker's review)."""
+    """An agent whose timer slack a write action set to 100 s answers every re-attach and never the
+    command: unbounded, the host re-attached ~290 times in a second (its deadline had passed, so each
+    wait ended at once), then removed a live container."""
     from sandshell.sandbox import sandbox as module
 
     monkeypatch.setattr(module, "SILENCE", 0.3)
@@ -465,8 +465,8 @@ def test_workers_smaller_than_the_agent_that_fill_the_memory_limit_are_the_ones_
     workspace: Path, settings: Settings
 ) -> None:
     """The kernel's OOM killer takes the container's process of the highest score, the agent not
-    exempt: forty workers of 8 MB each, all smaller than the agent, took the agent and the sandbox
-    down within 1.5 s (an attacker's review). The model's processes now go first; a model that
+    exempt: forty workers of 8 MB each, all smaller than the agent, would take the agent and the
+    sandbox down within 1.5 s. The model's processes go first; a model that
     brings its own back to the agent's level is told the sandbox ran out of memory."""
     with Sandbox(workspace=workspace, settings=settings.replace(memory="256m", exit_timeout=30)) as sb:
         first = sb.container.id

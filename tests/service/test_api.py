@@ -198,7 +198,7 @@ def test_a_tasks_model_settings_start_its_config_json_and_bad_ones_are_refused(s
     assert r.status_code == 422 and "model.temperature" in r.json()["detail"]
     r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"n_ctx": 100000}})
     assert r.status_code == 422
-    r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"max_tokens": 99999}})  # (a newcomer's trial: 202)
+    r = server.http.post("/v1/tasks", json={"goal": "g", "model": {"max_tokens": 99999}})  # (not 202)
     assert r.status_code == 422 and "model.max_tokens may be at most" in r.json()["detail"], r.text
 
 

@@ -84,8 +84,8 @@ def test_a_generation_broken_off_gives_its_turn_back() -> None:
 
 
 def test_a_session_that_quits_while_waiting_leaves_the_line_at_once() -> None:
-    """A stopping server quits every session; one waiting behind a long generation used to wait
-    for it, then generate once itself, before it saw that it had quit."""
+    """A stopping server quits every session; one waiting behind a long generation must see that it
+    has quit at once, not wait for it and then generate once itself."""
     gate, inner, quit_b = FairGate(1), Slow(), threading.Event()
     first = GatedBackend(inner, gate).stream([{"role": "user", "content": "a"}], {})
     next(first)  # a generates (and holds the gate until its stream is closed)

@@ -105,8 +105,8 @@ def test_tasks_waiting_at_a_crash_run_after_the_restart_in_their_order(tmp_path:
 
 
 def test_a_second_server_on_the_same_port_or_folder_is_refused_and_touches_nothing(tmp_path: Path) -> None:
-    """Found by a newcomer's trial: a second `serve` on a busy port marked the first one's running task
-    interrupted on disk and ran its queued task before uvicorn found the port taken."""
+    """A second `serve` on a busy port must not mark the first one's running task interrupted on disk,
+    nor run its queued task, before uvicorn finds the port taken."""
     first = Server(tmp_path, SANDSHELL_MAX_SESSIONS="1")
     try:
         running = first.task("long", [{"bash": "sleep 120"}, {"done": "never"}])

@@ -404,8 +404,8 @@ def test_what_the_user_typed_is_never_dropped_silently(s: Settings) -> None:
     ],
 )
 def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args: list[str], said: str) -> None:
-    """Found by a newcomer's trial: a missing folder opened the UI on an internal error, and a speed of 0
-    or below was taken and the replay never moved."""
+    """A missing folder, or a speed of 0 or below (the replay would never move), is one sentence,
+    not the UI opened on an internal error."""
     folder = tmp_path / "recorded"
     folder.mkdir()
     (folder / "events.jsonl").write_text('{"t": 0.0, "type": "Notice", "text": "hello"}\n')
@@ -417,8 +417,8 @@ def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args
 
 
 def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: Path) -> None:
-    """Found by a newcomer's trial: a missing model given by --model was only in the JSON, a file given
-    as the workspace was called missing, `--headles` ran headless, and `--help` did not list eval."""
+    """Each mistake is said on stderr: a missing model given by --model (not only in the JSON), a file
+    given as the workspace (not called missing), `--headles` (not run headless); `--help` lists eval."""
     env = {"PATH": "/usr/bin:/bin", "SANDSHELL_HOME": str(tmp_path)}
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")

@@ -131,8 +131,8 @@ def test_sigterm_and_sighup_end_the_ui_like_q(tmp_path: Path, workspace: Path, s
 
 @pytest.mark.slow
 def test_a_terminal_closed_under_a_busy_ui_ends_the_process(tmp_path: Path, workspace: Path) -> None:
-    """The terminal itself gone (its window closed; `tmux kill-session` in a newcomer's trial): the
-    session ended, but the process stayed, blocked on a write to the lost terminal and deaf to SIGTERM."""
+    """The terminal itself gone (its window closed; `tmux kill-session`): the session ends, and so
+    must the process, not stay blocked on a write to the lost terminal and deaf to SIGTERM."""
     ticking = {"bash": "while true; do echo tick; sleep 0.005; done", "timeout": 90}
     with scripted(tmp_path, workspace, ticking, {"done": "never reached"}) as term:
         term.wait_for(r"tick", 120)

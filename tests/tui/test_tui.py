@@ -160,7 +160,7 @@ async def test_hint_and_take_over(workspace: Path, tmp_path: Path) -> None:
 async def test_a_take_over_while_an_action_waits_for_approval_is_told_queued_and_runs_once(
     workspace: Path, tmp_path: Path
 ) -> None:
-    """Found by a newcomer's trial: nothing showed the command was taken, so it was typed again and ran twice."""
+    """The taken command shows at once, so it is not typed again and run twice."""
     s = settings_for(workspace, tmp_path, {"bash": "echo model"}, {"done": "x"}, approval=True)
     app = live_app(s)
     async with app.run_test(size=SIZE, notifications=True) as pilot:  # (toasts drawn, as a user sees them)

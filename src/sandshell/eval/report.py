@@ -10,7 +10,7 @@ from typing import Any
 from sandshell.eval.task import LEVELS, TaskError
 
 FORMAT = "sandshell-eval/1"
-LATE = 2  # turns after this many count as "after the second turn" (the latency target)
+LATE = 2  # turns after this many count as "after the second turn" (where the latency target starts)
 
 
 def _mean(values: list[float]) -> float:

@@ -1,4 +1,4 @@
-"""Help for small models (issue 14), each a setting: few-shot examples, best-of-N with a checker,
+"""Help for small models, each a setting: few-shot examples, best-of-N with a checker,
 an error-fix loop, a nudge before a session is called stuck, and an intro that is not the model's move.
 
 The loop asks the coach; with every setting off, the coach changes nothing the model sees.

@@ -86,8 +86,8 @@ def run_app(app: SandshellApp) -> None:
 def let_go_of_the_terminal(app: SandshellApp, session_wait: float = 30.0, ui_wait: float = 3.0) -> None:
     """The terminal is gone (SIGHUP): what the UI still writes goes nowhere, instead of failing.
     Textual's writer thread died on the first write to a hung-up terminal, and the UI's own exit then
-    waited for ever to queue its goodbye to it (deaf to SIGTERM, its loop blocked; a newcomer's trial
-    found it, tmux kill-session). Should the exit still hang, the process ends once the session
+    waited for ever to queue its goodbye to it (deaf to SIGTERM, its loop blocked: a closed window,
+    `tmux kill-session`). Should the exit still hang, the process ends once the session
     has (its container removed, its recording closed), or after `session_wait` seconds."""
     with contextlib.suppress(OSError):
         null = os.open(os.devnull, os.O_RDWR)
