@@ -22,6 +22,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from sandshell import config
 from sandshell.config import Settings
+from sandshell.errors import SandshellError
+from sandshell.model import llama
 from sandshell.sandbox import engine
 from sandshell.sandbox.sandbox import Sandbox
 
@@ -87,10 +89,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def only_marked_tests_reach_an_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test not marked `docker` gets no engine, so the unit tier stays honest without Docker."""
+    """A test not marked `docker` gets no engine and one not marked `model` no model file, so the
+    unit tier stays honest on a machine with neither."""
     if request.node.get_closest_marker("docker") is None:
         monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
         monkeypatch.delenv("SANDSHELL_DOCKER_HOST", raising=False)
+    if request.node.get_closest_marker("model") is None:
+        monkeypatch.setattr(llama, "default_model_path", _no_model)
+
+
+def _no_model() -> Path:
+    raise SandshellError("this test is not marked `model`, so it gets no model file")
 
 
 @pytest.fixture(scope="session", autouse=True)

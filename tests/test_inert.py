@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,7 @@ def _script_settings(workspace: Path, tmp_path: Path) -> Settings:
     )
 
 
+@pytest.mark.docker
 def test_a_hostile_folder_name_in_the_prompt_line_reaches_no_terminal(workspace: Path, tmp_path: Path) -> None:
     """user, host and cwd are the model's to choose: a folder named with an OSC 52 clipboard write."""
     cd = {"bash": "mkdir -p \"/tmp/$(printf '\\033]52;c;cHduZWQ=\\007\\033[2J\\302\\233')\" && cd /tmp/*52*"}
@@ -189,6 +191,7 @@ def test_a_hostile_folder_name_in_the_prompt_line_reaches_no_terminal(workspace:
     assert "^[]52;c;cHduZWQ=" in shown and not LIVE.search(OUR_STYLES.sub("", shown).replace("\r\n", ""))
 
 
+@pytest.mark.docker
 def test_lone_surrogates_from_the_model_are_refused_and_the_session_goes_on(workspace: Path, tmp_path: Path) -> None:
     steps = ['[{"bash": "echo \\ud83d"}]', '[{"bash": "echo between"}]', '[{"write": "/app/\\udcff", "content": "x"}]',
              '[{"done": "\\udfff"}]', '[{"done": "fine"}]']  # fmt: skip
@@ -201,6 +204,7 @@ def test_lone_surrogates_from_the_model_are_refused_and_the_session_goes_on(work
     assert events[-1]["type"] == "SessionEnded" and events[-1]["result"] == "fine"
 
 
+@pytest.mark.docker
 def test_invalid_utf8_on_the_command_line_is_one_sentence_or_runs(workspace: Path, tmp_path: Path) -> None:
     """A goal with a byte that is not UTF-8 (Python keeps it as a lone surrogate) never crashes the CLI."""
     script = tmp_path / "s.jsonl"

@@ -123,6 +123,7 @@ def test_replaying_a_recording_needs_neither_llama_cpp_nor_numpy_nor_docker() ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.docker
 @pytest.mark.slow
 def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: Path) -> None:
     """`pip install .` (not editable): `sandshell --help` and `sandshell prepare` run from another folder."""

@@ -12,8 +12,11 @@ import time
 from pathlib import Path
 
 import docker
+import pytest
 
 from sandshell.sandbox import engine
+
+pytestmark = [pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[1]
 

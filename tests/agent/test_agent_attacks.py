@@ -16,6 +16,8 @@ from sandshell.errors import SandboxError
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 
 @pytest.fixture(params=[("auto", "compiled"), ("off", "source")], ids=["loop", "wrapper-source"])
 def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:

@@ -20,6 +20,8 @@ from sandshell.sandbox.image import compile_loop
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 
 @pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])
 def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sandshell.sandbox.image import NATIVE, compile_agent, copy_context
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
+
+pytestmark = [pytest.mark.docker]
 
 
 def test_the_default_sandbox_runs_the_compiled_agent(sb: Sandbox) -> None:

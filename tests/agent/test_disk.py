@@ -18,6 +18,8 @@ from sandshell_agent import inotify
 from sandshell_agent.diskguard import PACE_HALF, Area, DiskGuard, _rest
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 LIMIT = 50_000_000  # every limit, small so the tests are quick
 MARGIN = 40_000_000  # what may get past a limit before it is noticed, plus noise from other writers on the host
 # ... for a steady writer, which the watchdog measures the more often the nearer it gets to a limit

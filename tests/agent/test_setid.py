@@ -20,6 +20,8 @@ import pytest
 from sandshell.config import Settings
 from sandshell.sandbox.sandbox import Sandbox
 
+pytestmark = [pytest.mark.docker]
+
 SETID = stat.S_ISUID | stat.S_ISGID
 PY = "python3 -c"
 

@@ -14,6 +14,8 @@ from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.runner import SAVE_WAIT
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 STATE = "/run/sandshell-agent"
 
 

@@ -19,6 +19,8 @@ from sandshell.model.script import ScriptBackend
 from sandshell.model.types import Message, Stats
 from tests.conftest import HOME, _base_settings
 
+pytestmark = [pytest.mark.model, pytest.mark.docker]
+
 
 class Recording(ScriptBackend):
     """The script backend, keeping every prompt it was given."""

@@ -19,6 +19,8 @@ from sandshell.sandbox import engine
 from sandshell.sandbox.image import LABEL, context_hash
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:

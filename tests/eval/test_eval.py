@@ -13,6 +13,8 @@ from sandshell.eval.run import Variant, run_suite
 from sandshell.eval.task import LEVELS, TaskError, load_task, load_tasks, select
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"
 GOOD = """goal = "Write hi into /app/hi.txt"

@@ -41,6 +41,7 @@ def llm() -> Any:
     return Llama(model_path=str(default_model_path()), n_ctx=512, verbose=False)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("command", NASTY)
 def test_the_grammar_lets_the_model_write_any_command(llm: Any, command: str) -> None:
     text = actions.dumps([Action("bash", command, comment="c"), Action("write", "/app/n.md", 'x\n"y"')])
@@ -48,6 +49,7 @@ def test_the_grammar_lets_the_model_write_any_command(llm: Any, command: str) ->
     assert grammar_accepts(llm, actions.GRAMMAR, json.dumps([{"bash": command, "timeout": 30}]))
 
 
+@pytest.mark.model
 def test_the_grammar_refuses_what_would_not_parse(llm: Any) -> None:
     debris = ['[{"read": "/app/note.txt}}] ]"}]', '[{"write": "/app/a\\"b", "content": "x"}]', '[{"read": ""}]']
     for bad in ['[{"bash": "ls"', "ls -la", '[{"rm": "-rf /"}]', "[]", '[{"bash": 1}]', *debris]:

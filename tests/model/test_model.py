@@ -17,6 +17,8 @@ from sandshell.model.turn import Model, Reply
 from sandshell.model.types import Stats
 from sandshell.resources import fixed_system_prompt
 
+pytestmark = [pytest.mark.model]
+
 MESSAGES = [
     {"role": "system", "content": fixed_system_prompt()},
     {"role": "user", "content": "Begin. Your goal: find out the kernel version."},

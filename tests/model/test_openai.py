@@ -22,6 +22,8 @@ from sandshell.runner import run_task
 from sandshell.session.control import Control
 from tests.net import free_port, wait_until_answers
 
+pytestmark = [pytest.mark.model, pytest.mark.network]
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -21,6 +21,8 @@ from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.wrapper import CWD_FILE, EXEC_STATE, STATE_FILES
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 
 def test_nul_bytes_bad_text_and_oversized_requests_are_refused_and_run_nothing(sb: Sandbox) -> None:
     for command, why in [

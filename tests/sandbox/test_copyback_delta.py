@@ -18,7 +18,7 @@ from sandshell.sandbox import delta, transfer
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 ONLY = "only what changed"
 
 

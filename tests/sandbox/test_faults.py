@@ -23,6 +23,8 @@ from sandshell.sandbox.connection import SPARE_WAIT, Connection, ConnectionLost
 from sandshell.sandbox.protocol import Output, Result
 from sandshell.sandbox.sandbox import Sandbox
 
+pytestmark = [pytest.mark.docker]
+
 
 def _events(sb: Sandbox, command: str, timeout: float) -> tuple[list[Output], Result]:
     outputs: list[Output] = []

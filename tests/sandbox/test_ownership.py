@@ -7,9 +7,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from sandshell.config import Settings
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell_agent.files import Owner
+
+pytestmark = [pytest.mark.docker]
 
 UID, GID = 1234, 2345
 

@@ -26,7 +26,7 @@ from sandshell.sandbox.sandbox import Sandbox
 from tests import engines
 from tests.conftest import _base_settings
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ from sandshell.sandbox.protocol import Output
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
+pytestmark = [pytest.mark.docker]
+
 GRACE = 4.0  # seconds past the timeout a killed command may take to come back
 
 

@@ -27,6 +27,8 @@ from sandshell.session.loop import Session
 from sandshell.session.recorder import Recorder
 from sandshell_agent import PROTOCOL_VERSION
 
+pytestmark = [pytest.mark.docker]
+
 # Capability bit numbers (linux/capability.h) of what `standard` keeps.
 CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
             "SETPCAP": 8, "NET_BIND_SERVICE": 10}  # fmt: skip

@@ -27,7 +27,7 @@ from tests import engines
 from tests.conftest import _base_settings
 from tests.net import free_port
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from sandshell.sandbox import engine, transfer, untar
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 
 @pytest.fixture

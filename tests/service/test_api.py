@@ -13,7 +13,7 @@ import pytest
 
 from tests.service_util import TOKEN, Server, containers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

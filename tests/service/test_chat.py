@@ -14,7 +14,7 @@ import pytest
 
 from tests.service_util import TOKEN, Server, containers, parse_sse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 ROOT_FS = "touch /usr/local/x 2>/dev/null && echo writable || echo read-only"  # standard: yes; locked: no
 
 

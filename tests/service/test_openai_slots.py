@@ -17,7 +17,7 @@ import pytest
 
 from tests.service_util import ENDED, Server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 
 
 class Fake:

@@ -16,7 +16,7 @@ import pytest
 from tests.net import free_port
 from tests.service_util import Server, containers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 
 
 def test_after_a_crash_tasks_are_listed_and_the_running_one_is_interrupted_and_reaped(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.service_util import ENDED, TOKEN, Server, containers, parse_sse
 
-pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 SLACK = 0.3  # seconds: events of different tasks arrive on different connections
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.service_util import TOKEN, Server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

@@ -20,6 +20,8 @@ from sandshell.session.control import Control
 from tests.conftest import _base_settings
 from tests.grammar_util import grammar_accepts
 
+pytestmark = [pytest.mark.docker, pytest.mark.model]
+
 
 class Seeing(ScriptBackend):
     """The script backend, keeping every prompt it was given."""

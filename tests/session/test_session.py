@@ -21,6 +21,8 @@ from sandshell.session.control import Control, Decision
 from sandshell.session.replay import load
 from sandshell.session.rerun import plan
 
+pytestmark = [pytest.mark.docker]
+
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"status", "result", "error", "log", "turns", "seconds", "tokens_in", "tokens_out", "session"}
 

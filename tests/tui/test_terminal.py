@@ -18,6 +18,8 @@ from sandshell.sandbox import engine
 from tests.terminal import Terminal
 from tests.test_scripts import REPO, env_for
 
+pytestmark = [pytest.mark.docker, pytest.mark.terminal, pytest.mark.model]
+
 ROWS, COLS = 36, 120
 
 

@@ -18,7 +18,7 @@ from sandshell.tui.app import SandshellApp
 from sandshell.tui.run import live_app, replay_app
 from sandshell.tui.widgets import ShellHighlighter, ShellLog, StatusBar
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 RECORDING = Path(__file__).parent / "data" / "recording"
 SIZE = (120, 36)
