@@ -75,8 +75,11 @@ def main() -> None:
 
 def throttled(container_id: str) -> float:
     """Seconds the container's CPU limit has held it back so far (cgroup v1 or v2); NaN if not found."""
-    for folder in (f"/sys/fs/cgroup/cpu,cpuacct/docker/{container_id}", f"/sys/fs/cgroup/cpu/docker/{container_id}",
-                   f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope"):  # fmt: skip
+    for folder in (
+        f"/sys/fs/cgroup/cpu,cpuacct/docker/{container_id}",
+        f"/sys/fs/cgroup/cpu/docker/{container_id}",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope",
+    ):
         with contextlib.suppress(OSError):
             stat = dict(line.split() for line in Path(folder, "cpu.stat").read_text().splitlines())
             if "throttled_usec" in stat:
@@ -98,11 +101,19 @@ def round_trips(boxes: list[tuple[str, Sandbox, psutil.Process]], rounds: int, c
                 times.append(time.perf_counter() - start)
             every[folder] += times
             held = throttled(sb.container.id) - before[2]
-            rows[folder].append((statistics.median(times), (cpu(agent) - before[0]) / commands,
-                                 (cpu(bash) - before[1]) / commands, held))  # fmt: skip
+            rows[folder].append(
+                (
+                    statistics.median(times),
+                    (cpu(agent) - before[0]) / commands,
+                    (cpu(bash) - before[1]) / commands,
+                    held,
+                )
+            )
     print(f"({rounds} rounds of {commands} `{run}`s, alternating)")
-    print("| agent from | round trip, median (range of the rounds') | mean, p99 | agent CPU a command "
-          "| bash CPU a command | held back by the CPU limit |")  # fmt: skip
+    print(
+        "| agent from | round trip, median (range of the rounds') | mean, p99 | agent CPU a command "
+        "| bash CPU a command | held back by the CPU limit |"
+    )
     print("|---|---|---|---|---|---|")
     for folder, got in rows.items():
         med, agent_cpu, bash_cpu, held = (list(c) for c in zip(*got, strict=True))

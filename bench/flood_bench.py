@@ -76,9 +76,11 @@ def main() -> None:
     for wait, got in rows.items():
         mbs, eng, sh, ag, host = (list(c) for c in zip(*got, strict=True))
         shim_col = "" if args.tls_engine else f"{statistics.median(sh):.2f} s"
-        print(f"| {wait * 1000:.1f} ms | {statistics.median(mbs):.0f} ({min(mbs):.0f}-{max(mbs):.0f}) "
-              f"| {statistics.median(eng):.2f} s | {shim_col} | {statistics.median(ag):.2f} s "
-              f"| {statistics.median(host):.2f} s |")  # fmt: skip
+        print(
+            f"| {wait * 1000:.1f} ms | {statistics.median(mbs):.0f} ({min(mbs):.0f}-{max(mbs):.0f}) "
+            f"| {statistics.median(eng):.2f} s | {shim_col} | {statistics.median(ag):.2f} s "
+            f"| {statistics.median(host):.2f} s |"
+        )
 
 
 if __name__ == "__main__":

@@ -104,8 +104,12 @@ def main() -> None:
             put(floor, relay_binary(Path(tmp), "loop_relay"))
             for box in (cat, relay, floor):
                 box.start()
-            pipe = subprocess.Popen(["docker", "exec", "-i", cat.id, "bash", "--noprofile", "--norc"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)  # fmt: skip
+            pipe = subprocess.Popen(
+                ["docker", "exec", "-i", cat.id, "bash", "--noprofile", "--norc"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+            )
             assert pipe.stdin is not None and pipe.stdout is not None
             pipe_in, pipe_out = pipe.stdin, pipe.stdout.fileno()
 
@@ -132,14 +136,16 @@ def main() -> None:
                 "`cat` echoing a line through the attach stream": lambda _: cat_echo(b"x\n"),
                 "a C relay and bash through the attach stream (bench/relay.c)": lambda _: relayed(b"true\n"),
                 "the baseline: bash kept open by `docker exec -i`, a sentinel after each command": bash_pipe,
-                "sandshell's agent and bash, a minimal client (frames as bytes on the attach socket)":
-                    lambda i: raw(b'{"type":"run","id":"r%d","command":"true","timeout":10}\n' % i),
+                "sandshell's agent and bash, a minimal client (frames as bytes on the attach socket)": lambda i: raw(
+                    b'{"type":"run","id":"r%d","command":"true","timeout":10}\n' % i
+                ),
                 "the same through the host library's `Connection` (send, recv)": library,
-                "`Sandbox.execute(\"true\")`": lambda _: sb.execute("true"),
-                "a C agent's floor and sandshell's bash loop (bench/loop_relay.c), a minimal client":
-                    lambda i: floor_raw(b'{"type":"run","id":"f%d","command":"true","timeout":10}\n' % i),
+                '`Sandbox.execute("true")`': lambda _: sb.execute("true"),
+                "a C agent's floor and sandshell's bash loop (bench/loop_relay.c), a minimal client": lambda i: (
+                    floor_raw(b'{"type":"run","id":"f%d","command":"true","timeout":10}\n' % i)
+                ),
                 "the same through the host library's `Connection`": lambda i: library(i, floor_conn),
-            }  # fmt: skip
+            }
             times: dict[str, list[float]] = {name: [] for name in ways}
             for r in range(args.rounds):
                 for name, way in ways.items():

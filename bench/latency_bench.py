@@ -42,8 +42,10 @@ def line(label: str, cache: list[float], ttft: list[float], evaluated: list[int]
 def played(turns: int, caps: list[int]) -> list[str]:
     settings = config.load(env_file=None, environ={})
     backends = {cap: LlamaBackend(settings) for cap in caps}  # each with its own KV cache
-    contexts = {cap: Context(b.n_ctx, settings.max_tokens, settings.context_margin, b.count, observation_tokens=cap)
-                for cap, b in backends.items()}  # fmt: skip
+    contexts = {
+        cap: Context(b.n_ctx, settings.max_tokens, settings.context_margin, b.count, observation_tokens=cap)
+        for cap, b in backends.items()
+    }
     rows: dict[int, tuple[list[float], list[float], list[int]]] = {cap: ([], [], []) for cap in caps}
     with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
         for i in range(turns):
@@ -87,8 +89,10 @@ def main() -> None:
     ap.add_argument("--results", type=Path)
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f}\n")
-    print("| run | turns after turn 2 with ≥80% of the prompt cached | median time to first token after turn 2 "
-          "| worst | median tokens evaluated |")  # fmt: skip
+    print(
+        "| run | turns after turn 2 with ≥80% of the prompt cached | median time to first token after turn 2 "
+        "| worst | median tokens evaluated |"
+    )
     print("|---|---|---|---|---|")
     for row in from_results(args.results) if args.results else played(args.turns, args.caps):
         print(row)

@@ -43,8 +43,10 @@ def main() -> None:
             start = time.perf_counter()
             tree.measure(full=False)
             times.append(time.perf_counter() - start)
-        print(f"{args.container}: {args.files:,} files of two links, a quick measure with nothing changed:"
-              f" median {statistics.median(times) * 1000:.1f} ms")  # fmt: skip
+        print(
+            f"{args.container}: {args.files:,} files of two links, a quick measure with nothing changed:"
+            f" median {statistics.median(times) * 1000:.1f} ms"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

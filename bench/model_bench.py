@@ -25,11 +25,27 @@ from sandshell.sandbox.sandbox import Sandbox
 SYSTEM = fixed_system_prompt()
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Begin. Goal: describe this machine."}]
 COMMANDS = [
-    "uname -a", "cat /etc/os-release", "ls -la /", "df -h", "ps aux", "ls /usr/bin | head -80", "env | sort",
-    "python3 --version", "cat /proc/cpuinfo | head -30", "free -m", "ls -la /app", "id", "cat /etc/passwd",
-    "mount | head -20", "ls /etc | head -60", "git --version", "ip addr 2>&1 | head", "seq 1 400",
-    "find /usr/lib/python3* -maxdepth 1 | head -50", "dpkg -l | head -60",
-]  # fmt: skip
+    "uname -a",
+    "cat /etc/os-release",
+    "ls -la /",
+    "df -h",
+    "ps aux",
+    "ls /usr/bin | head -80",
+    "env | sort",
+    "python3 --version",
+    "cat /proc/cpuinfo | head -30",
+    "free -m",
+    "ls -la /app",
+    "id",
+    "cat /etc/passwd",
+    "mount | head -20",
+    "ls /etc | head -60",
+    "git --version",
+    "ip addr 2>&1 | head",
+    "seq 1 400",
+    "find /usr/lib/python3* -maxdepth 1 | head -50",
+    "dpkg -l | head -60",
+]
 
 
 def gen_rate(backend: LlamaBackend, params: dict[str, Any], runs: int) -> float:
@@ -112,8 +128,10 @@ def main() -> None:
     for i, (prompt, evaluated, cached, ttft) in enumerate(rows, 1):
         print(f"| {i} | {prompt} | {evaluated} | {cached} | {cached / prompt:.0%} | {ttft * 1000:.0f} ms |")
     later = [c / p for p, _, c, _ in rows[2:]]
-    print(f"\nAfter turn 2, turns with at least 80% of the prompt from cache: "
-          f"{sum(1 for x in later if x >= 0.8)} of {len(later)}")  # fmt: skip
+    print(
+        f"\nAfter turn 2, turns with at least 80% of the prompt from cache: "
+        f"{sum(1 for x in later if x >= 0.8)} of {len(later)}"
+    )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,9 @@ def floors(tag: str, lines: int) -> tuple[float, float]:
         attached = client.api.attach_socket(box.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         sock = attached._sock
         attach = echo_times(sock.sendall, lambda: sock.recv(65536), lines)
-        proc = subprocess.Popen(["docker", "exec", "-i", box.id, "cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                bufsize=0)  # fmt: skip
+        proc = subprocess.Popen(
+            ["docker", "exec", "-i", box.id, "cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
         assert proc.stdin is not None and proc.stdout is not None
         out = proc.stdout.fileno()
         exec_ = echo_times(proc.stdin.write, lambda: os.read(out, 65536), lines)
@@ -100,8 +101,10 @@ def main() -> None:
     print(f"| CPU a command: the agent (all threads) | {used[0] * ms:.3f} |")
     print(f"| CPU a command: bash (the wrapper, its reads and writes) | {used[1] * ms:.3f} |")
     print(f"| CPU a command: the host library (this process) | {used[2] * ms:.3f} |")
-    print(f"| the engine's floor for an attached agent: a line echoed by `cat` through the attach stream (median) "
-          f"| {attach * ms:.3f} |")  # fmt: skip
+    print(
+        f"| the engine's floor for an attached agent: a line echoed by `cat` through the attach stream (median) "
+        f"| {attach * ms:.3f} |"
+    )
     print(f"| the floor under the baseline: a line echoed by `cat` in `docker exec -i` (median) | {exec_ * ms:.3f} |")
 
 

@@ -75,8 +75,9 @@ class BashPipe:
     """The floor: one bash kept open with `docker exec -i`, a sentinel echoed after each command."""
 
     def __init__(self, sb: Sandbox) -> None:
-        self.proc = subprocess.Popen(["docker", "exec", "-i", sb.container.id, "bash"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, bufsize=0)  # fmt: skip
+        self.proc = subprocess.Popen(
+            ["docker", "exec", "-i", sb.container.id, "bash"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
         self.times: list[float] = []
 
     def round_trip(self) -> None:
@@ -151,8 +152,9 @@ def spaced_round_trips(sb: Sandbox, runs: int, gap: float = 0.02) -> tuple[float
 def inside_round_trips(sb: Sandbox, runs: int) -> tuple[float, float]:
     """Where the time goes: a second agent started inside the same container on plain pipes, asked
     the same (no engine, no host library); its own `duration` is the shell's part."""
-    out = subprocess.run(["docker", "exec", "-i", sb.container.id, "python3", "-", str(runs)], input=INSIDE.encode(),
-                         capture_output=True)  # fmt: skip
+    out = subprocess.run(
+        ["docker", "exec", "-i", sb.container.id, "python3", "-", str(runs)], input=INSIDE.encode(), capture_output=True
+    )
     if out.returncode:
         raise SystemExit(f"the in-container agent failed: {out.stderr.decode()[-2000:]}")
     got = json.loads(out.stdout.decode().strip().splitlines()[-1])
@@ -225,8 +227,9 @@ def peak_rss(sb: Sandbox, gb: int) -> tuple[float, float, float]:
 
     threading.Thread(target=sample, daemon=True).start()
     t = time.perf_counter()
-    got = sum(len(e.data) for e in sb.stream(f"head -c {gb}G /dev/zero | tr '\\0' 'y'", timeout=600)
-              if isinstance(e, Output))  # fmt: skip
+    got = sum(
+        len(e.data) for e in sb.stream(f"head -c {gb}G /dev/zero | tr '\\0' 'y'", timeout=600) if isinstance(e, Output)
+    )
     seconds = time.perf_counter() - t
     done.set()
     assert got >= gb * 1024**3, got
@@ -247,8 +250,9 @@ def main() -> None:
     ap.add_argument("--shell-cpu", default="any", choices=["any", "shared"], help="shared: agent and bash on one CPU")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
-    settings = settings.replace(transport=args.transport, shell_loop=args.shell_loop, agent_code=args.agent_code,
-                                shell_cpu=args.shell_cpu)  # fmt: skip
+    settings = settings.replace(
+        transport=args.transport, shell_loop=args.shell_loop, agent_code=args.agent_code, shell_cpu=args.shell_cpu
+    )
     if not args.tls_engine and not args.ssh_engine:
         return run(settings, args)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines
@@ -281,30 +285,48 @@ def run(settings: config.Settings, args: argparse.Namespace) -> None:
     print("| measure | sandshell agent | docker exec | ratio |")
     print("|---|---|---|---|")
     a_med, c_med = statistics.median(agent), statistics.median(cli)
-    print(f"| `true` round trip, median | {a_med * ms:.2f} ms | {c_med * ms:.1f} ms "
-          f"| {statistics.median(cli) / statistics.median(agent):.0f}x faster |")  # fmt: skip
-    print(f"| `true` round trip, p95 | {pct(agent, 0.95) * ms:.2f} ms | {pct(cli, 0.95) * ms:.1f} ms "
-          f"| {pct(cli, 0.95) / pct(agent, 0.95):.0f}x faster |")  # fmt: skip
+    print(
+        f"| `true` round trip, median | {a_med * ms:.2f} ms | {c_med * ms:.1f} ms "
+        f"| {statistics.median(cli) / statistics.median(agent):.0f}x faster |"
+    )
+    print(
+        f"| `true` round trip, p95 | {pct(agent, 0.95) * ms:.2f} ms | {pct(cli, 0.95) * ms:.1f} ms "
+        f"| {pct(cli, 0.95) / pct(agent, 0.95):.0f}x faster |"
+    )
     p_med = statistics.median(pipe)
-    print(f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
-          f"| {p_med * ms:.2f} ms | {a_med / p_med:.2f}x slower |")  # fmt: skip
-    print(f"| the same, one every 20 ms as a model's session sends them (median) | {spaced[0] * ms:.2f} ms "
-          f"| {spaced[1] * ms:.2f} ms | {spaced[0] / spaced[1]:.2f}x slower |")  # fmt: skip
+    print(
+        f"| `true` round trip against one bash kept open by `docker exec -i` (median) | {a_med * ms:.2f} ms "
+        f"| {p_med * ms:.2f} ms | {a_med / p_med:.2f}x slower |"
+    )
+    print(
+        f"| the same, one every 20 ms as a model's session sends them (median) | {spaced[0] * ms:.2f} ms "
+        f"| {spaced[1] * ms:.2f} ms | {spaced[0] / spaced[1]:.2f}x slower |"
+    )
     if early:
-        print(f"| `true` round trip in the first {args.settle:g} s after the start ({len(early)} runs, median) "
-              f"| {statistics.median(early) * ms:.2f} ms | | |")  # fmt: skip
-    print(f"| of which inside the container: agent + bash on plain pipes (median) | {inside * ms:.2f} ms "
-          f"| | the command's own duration in the agent (bash, mostly) {shell * ms:.2f} ms; "
-          f"the engine's hop and the host library {(a_med - inside) * ms:.2f} ms |")  # fmt: skip
-    print(f"| first byte of `echo hi; sleep 0.3; echo bye` (median, worst of {len(first)}) "
-          f"| {statistics.median(first) * ms:.1f} ms, {max(first) * ms:.1f} ms | | |")  # fmt: skip
+        print(
+            f"| `true` round trip in the first {args.settle:g} s after the start ({len(early)} runs, median) "
+            f"| {statistics.median(early) * ms:.2f} ms | | |"
+        )
+    print(
+        f"| of which inside the container: agent + bash on plain pipes (median) | {inside * ms:.2f} ms "
+        f"| | the command's own duration in the agent (bash, mostly) {shell * ms:.2f} ms; "
+        f"the engine's hop and the host library {(a_med - inside) * ms:.2f} ms |"
+    )
+    print(
+        f"| first byte of `echo hi; sleep 0.3; echo bye` (median, worst of {len(first)}) "
+        f"| {statistics.median(first) * ms:.1f} ms, {max(first) * ms:.1f} ms | | |"
+    )
     if args.mb:
-        print(f"| {args.mb} MB of output to the host (median of 5) | {a_mbs:.0f} MB/s | {c_mbs:.0f} MB/s "
-              f"| {a_mbs / c_mbs:.2f}x |")  # fmt: skip
+        print(
+            f"| {args.mb} MB of output to the host (median of 5) | {a_mbs:.0f} MB/s | {c_mbs:.0f} MB/s "
+            f"| {a_mbs / c_mbs:.2f}x |"
+        )
     if args.gb:
         print(f"| host RSS while {args.gb} GB streams ({secs:.0f} s) | {rss0:.0f} MB before, {rss1:.0f} MB peak | | |")
-    print(f"| a chmod inside (2,000 in a loop): plain, and asking for a set-uid bit (through the agent's guard) "
-          f"| {plain * 1e6:.1f} µs, {setid * 1e6:.0f} µs | | |")  # fmt: skip
+    print(
+        f"| a chmod inside (2,000 in a loop): plain, and asking for a set-uid bit (through the agent's guard) "
+        f"| {plain * 1e6:.1f} µs, {setid * 1e6:.0f} µs | | |"
+    )
 
 
 if __name__ == "__main__":

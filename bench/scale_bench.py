@@ -40,8 +40,9 @@ def settings_for(tmp: Path) -> Settings:
 
 def parallel(base: Settings, tmp: Path, n: int, steps: int) -> dict[str, Any]:
     script = tmp / f"script-{steps}.jsonl"
-    lines = [f'{{"bash": "echo step {i} && ls /app >/dev/null && head -c 2000 /etc/services | wc -c"}}'
-             for i in range(steps)] + ['{"done": "finished"}']  # fmt: skip
+    lines = [
+        f'{{"bash": "echo step {i} && ls /app >/dev/null && head -c 2000 /etc/services | wc -c"}}' for i in range(steps)
+    ] + ['{"done": "finished"}']
     script.write_text("\n".join(lines) + "\n")
     s = base.replace(backend="script", script_path=str(script))
     results: list[dict[str, Any]] = []
@@ -111,8 +112,14 @@ def idle(base: Settings, m: int) -> dict[str, float]:
         after = engine_rss()
         new = {pid: r for pid, r in after.items() if pid not in before_engine}
         host = (me.memory_info().rss - before_rss) / m
-        return {"m": m, "usage": statistics.median(usage), "rss": statistics.median(rss), "host": host,
-                "engine": sum(new.values()) / m, "helpers": len(new) / m}  # fmt: skip
+        return {
+            "m": m,
+            "usage": statistics.median(usage),
+            "rss": statistics.median(rss),
+            "host": host,
+            "engine": sum(new.values()) / m,
+            "helpers": len(new) / m,
+        }
     finally:
         for sb in boxes:
             sb.kill()
@@ -126,8 +133,10 @@ def generations(base: Settings, n: int) -> dict[str, float]:
     s = base.replace(max_tokens=128)
     backend = LlamaBackend(s)
     model = Model(backend, s)
-    messages = [{"role": "system", "content": fixed_system_prompt() + "\n\nYour goal: find the kernel version.\n"},
-                {"role": "user", "content": "Begin. The shell is ready: 0 root@sandbox:/app #"}]  # fmt: skip
+    messages = [
+        {"role": "system", "content": fixed_system_prompt() + "\n\nYour goal: find the kernel version.\n"},
+        {"role": "user", "content": "Begin. The shell is ready: 0 root@sandbox:/app #"},
+    ]
     times, tokens, cpu = [], [], []
     for _ in range(n):
         t, c = time.perf_counter(), time.process_time()
@@ -137,9 +146,15 @@ def generations(base: Settings, n: int) -> dict[str, float]:
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
     warm = times[1:]
-    return {"prompt": backend.count(messages), "cold": times[0], "warm": statistics.median(warm),
-            "tokens": statistics.median(tokens), "tps": sum(tokens[1:]) / sum(warm),
-            "cpu_cold": cpu[0], "cpu_warm": statistics.median(cpu[1:])}  # fmt: skip
+    return {
+        "prompt": backend.count(messages),
+        "cold": times[0],
+        "warm": statistics.median(warm),
+        "tokens": statistics.median(tokens),
+        "tps": sum(tokens[1:]) / sum(warm),
+        "cpu_cold": cpu[0],
+        "cpu_warm": statistics.median(cpu[1:]),
+    }
 
 
 def parallel_table(base: Settings, tmp: Path, counts: list[int], steps: int) -> None:

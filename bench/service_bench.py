@@ -106,9 +106,11 @@ def idle(http: httpx.Client, n: int) -> None:
         mem = stats["memory_stats"]
         usage.append(mem["usage"] - mem.get("stats", {}).get("inactive_file", 0))
     grown = me.memory_info().rss - before
-    print(f"{n} idle sessions (chat conversations) opened in {opened:.1f}s: each container "
-          f"{statistics.median(usage) / 2**20:.1f} MiB (median, max {max(usage) / 2**20:.1f} MiB), "
-          f"the server grew {grown / 2**20 / n:.1f} MiB a session")  # fmt: skip
+    print(
+        f"{n} idle sessions (chat conversations) opened in {opened:.1f}s: each container "
+        f"{statistics.median(usage) / 2**20:.1f} MiB (median, max {max(usage) / 2**20:.1f} MiB), "
+        f"the server grew {grown / 2**20 / n:.1f} MiB a session"
+    )
     for cid in ids:
         http.delete(f"/v1/chat/{cid}")
 
@@ -166,8 +168,10 @@ def main() -> None:
         while len(runs["API"]) < args.rounds:  # interleaved: the machine is shared, so its load moves both alike
             got: dict[str, tuple[float, float]] = {}
             try:
-                for name, run in (("run_task", lambda: direct(settings, args.tasks, args.parallel, not args.empty)),
-                                  ("API", lambda: through_api(http, args.tasks, args.poll))):  # fmt: skip
+                for name, run in (
+                    ("run_task", lambda: direct(settings, args.tasks, args.parallel, not args.empty)),
+                    ("API", lambda: through_api(http, args.tasks, args.poll)),
+                ):
                     used = _cpu()
                     got[name] = (run(), _cpu() - used)
             except AssertionError as e:  # a task that failed (the engine, shared with others, lost a container)
@@ -188,15 +192,19 @@ def main() -> None:
             f"(best against best: {best * 100:+.1f}%, median of each round's API/run_task: {paired * 100:+.1f}%)"
         )
         each = {k: statistics.median(v) / args.tasks * 1000 for k, v in cpu.items()}
-        print(f"this process's CPU a task (median): run_task {each['run_task']:.1f} ms, API {each['API']:.1f} ms "
-              f"(server and client: {each['API'] - each['run_task']:+.1f} ms)")  # fmt: skip
+        print(
+            f"this process's CPU a task (median): run_task {each['run_task']:.1f} ms, API {each['API']:.1f} ms "
+            f"(server and client: {each['API'] - each['run_task']:+.1f} ms)"
+        )
         ms: list[float] = []
         for _ in range(3):
             ms += delays(http, written)
         ms.sort()
         p95 = ms[int(len(ms) * 0.95) - 1]
-        print(f"event delay recorder -> SSE client over {len(ms)} events: median {statistics.median(ms):.2f} ms, "
-              f"p95 {p95:.2f} ms, max {ms[-1]:.2f} ms")  # fmt: skip
+        print(
+            f"event delay recorder -> SSE client over {len(ms)} events: median {statistics.median(ms):.2f} ms, "
+            f"p95 {p95:.2f} ms, max {ms[-1]:.2f} ms"
+        )
     finally:
         http.close()
         server.should_exit = True

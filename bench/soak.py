@@ -73,11 +73,18 @@ class Probe:
                 zombies += 1
             if "sandshell_agent" in " ".join(row) and "docker-init" not in " ".join(row):
                 agent_rss = max(agent_rss, int(row[i_rss]))
-        self.rows.append({
-            "commands": self.done, "host_rss_mb": self.me.memory_info().rss / 2**20, "host_fds": self.me.num_fds(),
-            "host_threads": self.me.num_threads(), "agent_rss_mb": agent_rss / 1024, "zombies": zombies,
-            "container_procs": len(procs), "agent_pid": agent_pid or 0,
-        })  # fmt: skip
+        self.rows.append(
+            {
+                "commands": self.done,
+                "host_rss_mb": self.me.memory_info().rss / 2**20,
+                "host_fds": self.me.num_fds(),
+                "host_threads": self.me.num_threads(),
+                "agent_rss_mb": agent_rss / 1024,
+                "zombies": zombies,
+                "container_procs": len(procs),
+                "agent_pid": agent_pid or 0,
+            }
+        )
 
 
 def main() -> None:
@@ -92,9 +99,14 @@ def main() -> None:
         ws = Path(tmp) / "ws"
         ws.mkdir()
         s = config.load(env_file=None, environ={}).replace(
-            workspace=str(ws), sessions_dir=str(Path(tmp) / "sessions"), intro=False, max_steps=args.commands,
-            repeat_limit=0, exit_timeout=1.0, kill_grace=0.3,
-        )  # fmt: skip
+            workspace=str(ws),
+            sessions_dir=str(Path(tmp) / "sessions"),
+            intro=False,
+            max_steps=args.commands,
+            repeat_limit=0,
+            exit_timeout=1.0,
+            kill_grace=0.3,
+        )
         backend = ScriptBackend(answers)
         start = time.monotonic()
         with open_session(SessionSpec(s, "soak", backend, control=Control(), log=lambda m: None)) as session:
@@ -103,14 +115,18 @@ def main() -> None:
             outcome = session.run()
             probe.sample()
         seconds = time.monotonic() - start
-    print(f"{args.commands} commands ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}) in {seconds:.0f} s; "
-          f"session ended: {outcome.status}")  # fmt: skip
+    print(
+        f"{args.commands} commands ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}) in {seconds:.0f} s; "
+        f"session ended: {outcome.status}"
+    )
     print()
     print("| after N commands | host RSS | host fds | host threads | agent RSS | zombies | processes in container |")
     print("|---|---|---|---|---|---|---|")
     for r in probe.rows:
-        print(f"| {r['commands']:.0f} | {r['host_rss_mb']:.1f} MB | {r['host_fds']:.0f} | {r['host_threads']:.0f} "
-              f"| {r['agent_rss_mb']:.1f} MB | {r['zombies']:.0f} | {r['container_procs']:.0f} |")  # fmt: skip
+        print(
+            f"| {r['commands']:.0f} | {r['host_rss_mb']:.1f} MB | {r['host_fds']:.0f} | {r['host_threads']:.0f} "
+            f"| {r['agent_rss_mb']:.1f} MB | {r['zombies']:.0f} | {r['container_procs']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

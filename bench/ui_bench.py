@@ -30,9 +30,14 @@ async def stalls(lines: int) -> tuple[float, float, float, int, list[float]]:
         script = Path(tmp) / "s.jsonl"
         script.write_text(json.dumps({"bash": f"seq 1 {lines}", "timeout": 120}) + "\n" + '{"done": "x"}\n')
         settings = config.load(env_file=None, environ={}).replace(
-            workspace=str(ws), sessions_dir=str(Path(tmp) / "sessions"), backend="script",
-            script_path=str(script), intro=False, output_limit=0, spill_limit=0,
-        )  # fmt: skip
+            workspace=str(ws),
+            sessions_dir=str(Path(tmp) / "sessions"),
+            backend="script",
+            script_path=str(script),
+            intro=False,
+            output_limit=0,
+            spill_limit=0,
+        )
         app = live_app(settings)
         lags: list[float] = []
         async with app.run_test(size=(120, 36)) as pilot:
@@ -74,13 +79,27 @@ def start_to_first_command() -> tuple[float, float]:
         name = f"bench-{os.getpid()}"
         root = shlex.quote(str(REPO))
         start = time.monotonic()
-        subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "36",
-                        f"cd {root} && env {env} ./start.sh; sleep 10"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "120",
+                "-y",
+                "36",
+                f"cd {root} && env {env} ./start.sh; sleep 10",
+            ],
+            check=True,
+        )
         intro = model = 0.0
         try:
             while time.monotonic() - start < 120 and not model:
-                screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True,
-                                        text=True).stdout  # fmt: skip
+                screen = subprocess.run(
+                    ["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True
+                ).stdout
                 if not intro and "# pwd && ls -la" in screen:
                     intro = time.monotonic() - start
                 if re.search(r"turn 1 ─[\s\S]*\n *[❯◆] ", screen):
@@ -107,12 +126,16 @@ def main() -> None:
     worst, p99, seconds, ticks, keys = asyncio.run(stalls(args.lines))
     print("| measure | result |")
     print("|---|---|")
-    print(f"| worst event-loop stall while {args.lines:,} lines stream | {worst * 1000:.0f} ms "
-          f"(p99 {p99 * 1000:.0f} ms, {ticks} ticks of 10 ms over {seconds:.1f} s) |")  # fmt: skip
+    print(
+        f"| worst event-loop stall while {args.lines:,} lines stream | {worst * 1000:.0f} ms "
+        f"(p99 {p99 * 1000:.0f} ms, {ticks} ticks of 10 ms over {seconds:.1f} s) |"
+    )
     if keys:
         median = keys[len(keys) // 2] * 1000
-        print(f"| key press to screen during the flood ({len(keys)} presses) | median {median:.0f} ms, "
-              f"worst {keys[-1] * 1000:.0f} ms |")  # fmt: skip
+        print(
+            f"| key press to screen during the flood ({len(keys)} presses) | median {median:.0f} ms, "
+            f"worst {keys[-1] * 1000:.0f} ms |"
+        )
     if args.start:
         intro, model = start_to_first_command()
         print(f"| ./start.sh (warm) to the first executed command (the intro's) | {intro:.1f} s |")

@@ -63,8 +63,9 @@ def main() -> None:
         rows.append(("idle (between commands)", (cpu(pid) - c0) / args.seconds * 1000, "ms a second"))
         c0 = cpu(pid)
         sb.execute(f"sleep {args.seconds}", timeout=args.seconds + 30)
-        rows.append((f"a quiet command (`sleep {args.seconds:.0f}`)", (cpu(pid) - c0) / args.seconds * 1000,
-                     "ms a second"))  # fmt: skip
+        rows.append(
+            (f"a quiet command (`sleep {args.seconds:.0f}`)", (cpu(pid) - c0) / args.seconds * 1000, "ms a second")
+        )
         command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
         per, rates = [], []
         for _ in range(3):
@@ -73,16 +74,23 @@ def main() -> None:
             per.append(cpu(pid) - c0)
             rates.append(args.mb / (time.perf_counter() - t))
             assert got >= args.mb << 20, got
-        rows.append((f"{args.mb} MB of output (median of 3, {statistics.median(rates):.0f} MB/s)",
-                     statistics.median(per) * 1000, "ms"))  # fmt: skip
+        rows.append(
+            (
+                f"{args.mb} MB of output (median of 3, {statistics.median(rates):.0f} MB/s)",
+                statistics.median(per) * 1000,
+                "ms",
+            )
+        )
         files = "mkdir -p /root/w && for i in $(seq 1 2000); do echo x > /root/w/f$i; done; rm -rf /root/w"
         c0, t = cpu(pid), time.perf_counter()
         sb.execute(files, timeout=120)
         took = time.perf_counter() - t
         rows.append((f"2,000 files made and removed outside /app ({took:.1f} s)", (cpu(pid) - c0) * 1000, "ms"))
         n = watches(pid)
-    print(f"(agent from {args.agent or image.agent_dir()}; limits {'off' if args.no_limits else 'on'}; "
-          f"{n} inotify watches)")  # fmt: skip
+    print(
+        f"(agent from {args.agent or image.agent_dir()}; limits {'off' if args.no_limits else 'on'}; "
+        f"{n} inotify watches)"
+    )
     print("| the agent's CPU | |")
     print("|---|---|")
     for what, value, unit in rows:

@@ -69,8 +69,13 @@ def text(state: str, variant: str, commands: int) -> str:
 def per_command(script: str, commands: int) -> float:
     ours, theirs = socket.socketpair()
     start = time.perf_counter()
-    proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=theirs.fileno(), env={"PATH": "/usr/bin:/bin"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", "--noprofile", "--norc"],
+        stdin=theirs.fileno(),
+        env={"PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     theirs.close()
     ours.sendall(script.encode())
     ours.shutdown(socket.SHUT_WR)

@@ -130,8 +130,13 @@ OURS = (".cache/", ".venv/", "build/", ".mypy_cache/", ".ruff_cache/")  # made b
 
 def _checkout() -> set[str]:
     """The checkout's changed, new and ignored paths, leaving out caches that tools keep."""
-    out = subprocess.run(["git", "status", "--porcelain", "-z", "--ignored", "--untracked-files=all"], cwd=REPO,
-                         capture_output=True, text=True, check=False).stdout  # fmt: skip
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "-z", "--ignored", "--untracked-files=all"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     paths = {entry[3:] for entry in out.split("\0") if entry}
     return {p for p in paths if not p.startswith(OURS) and "__pycache__/" not in p and ".egg-info/" not in p}
 

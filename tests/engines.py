@@ -52,15 +52,56 @@ def make_certs(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
     (folder / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=sandshell test CA",
-             "-keyout", "ca-key.pem", "-out", "ca.pem", cwd=folder)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sandshell test CA",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        cwd=folder,
+    )
     for who in ("server", "client"):
         key = "key.pem" if who == "client" else "server-key.pem"
         cert = "cert.pem" if who == "client" else "server-cert.pem"
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}", "-keyout", key, "-out", f"{who}.csr",
-                 cwd=folder)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
-                 "-days", "2", "-extfile", f"{who}.ext", "-out", cert, cwd=folder)  # fmt: skip
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={who}",
+            "-keyout",
+            key,
+            "-out",
+            f"{who}.csr",
+            cwd=folder,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{who}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            f"{who}.ext",
+            "-out",
+            cert,
+            cwd=folder,
+        )
     return folder
 
 
@@ -74,13 +115,37 @@ def tls_engine(base: Path) -> Iterator[Engine]:
     port = free_port()
     log = base / "dockerd.log"
     ns = f"sandshell-test-{os.getpid()}"
-    cmd = ["dockerd", "--config-file", str(root / "daemon.json"), "--data-root", str(root / "data"),
-           "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"),
-           "-H", f"tcp://127.0.0.1:{port}", "--tlsverify", "--tlscacert", str(certs / "ca.pem"),
-           "--tlscert", str(certs / "server-cert.pem"), "--tlskey", str(certs / "server-key.pem"),
-           "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
-           "--storage-driver=vfs", "--containerd-namespace", ns, "--containerd-plugins-namespace", f"{ns}-plugins",
-           "--cgroup-parent", ns]  # fmt: skip
+    cmd = [
+        "dockerd",
+        "--config-file",
+        str(root / "daemon.json"),
+        "--data-root",
+        str(root / "data"),
+        "--exec-root",
+        str(root / "exec"),
+        "--pidfile",
+        str(root / "docker.pid"),
+        "-H",
+        f"tcp://127.0.0.1:{port}",
+        "--tlsverify",
+        "--tlscacert",
+        str(certs / "ca.pem"),
+        "--tlscert",
+        str(certs / "server-cert.pem"),
+        "--tlskey",
+        str(certs / "server-key.pem"),
+        "--bridge=none",
+        "--iptables=false",
+        "--ip-forward=false",
+        "--ip-masq=false",
+        "--storage-driver=vfs",
+        "--containerd-namespace",
+        ns,
+        "--containerd-plugins-namespace",
+        f"{ns}-plugins",
+        "--cgroup-parent",
+        ns,
+    ]
     # lo comes up first: a new network namespace has it down
     wrapped = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "dockerd", *cmd]
     with open(log, "wb") as out:

@@ -45,10 +45,16 @@ class Server:
             full["SANDSHELL_API_TOKEN"] = token
         self.env = full
         self.log = open(self.log_path, "w+b")  # noqa: SIM115 - a pipe would fill and stall it
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandshell.cli", "serve", "--port", str(self.port)],
-                                     cwd=home, env=full, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"} if token else {},
-                                 timeout=30.0)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sandshell.cli", "serve", "--port", str(self.port)],
+            cwd=home,
+            env=full,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=30.0
+        )
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 120.0) -> None:

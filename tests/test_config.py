@@ -27,10 +27,17 @@ def test_env_file_then_environment_wins(tmp_path: Path) -> None:
 
 
 def test_free_form_llama_parameters_are_typed() -> None:
-    s = config.load(env_file=None, environ={
-        "LLAMA_N_THREADS": "2", "LLAMA_SEED": "42", "LLAMA_USE_MMAP": "false",
-        "LLAMA_TEMPERATURE": "0.2", "LLAMA_TOP_K": "7", "LLAMA_MIROSTAT_MODE": "2",
-    })  # fmt: skip
+    s = config.load(
+        env_file=None,
+        environ={
+            "LLAMA_N_THREADS": "2",
+            "LLAMA_SEED": "42",
+            "LLAMA_USE_MMAP": "false",
+            "LLAMA_TEMPERATURE": "0.2",
+            "LLAMA_TOP_K": "7",
+            "LLAMA_MIROSTAT_MODE": "2",
+        },
+    )
     assert s.load_params == {"n_threads": 2, "seed": 42, "use_mmap": False}
     assert s.sampling == {"temperature": 0.2, "top_k": 7, "mirostat_mode": 2}
 
@@ -107,16 +114,24 @@ def test_core_never_imports_textual() -> None:
 def test_a_dotenv_line_that_is_not_name_value_is_a_bad_setting_not_a_silent_default(tmp_path: Path) -> None:
     """Each of these lines is a mistake a user makes; skipped without a word, the setting it meant
     would keep its default."""
-    bad = ["LLAMA_EXIT_TIMEOUT 5", "=5", 'LLAMA_DEFAULT_GOAL="unterminated', "garbage-line!!", "llama_exit_timeout=5",
-           "LLAMA_EXIT_TIMEOUT"]  # fmt: skip
+    bad = [
+        "LLAMA_EXIT_TIMEOUT 5",
+        "=5",
+        'LLAMA_DEFAULT_GOAL="unterminated',
+        "garbage-line!!",
+        "llama_exit_timeout=5",
+        "LLAMA_EXIT_TIMEOUT",
+    ]
     for line in bad:
         env = tmp_path / ".env"
         env.write_text(f"# a comment\n\nLLAMA_MAX_TOKENS=200\n{line}\n")
         with pytest.raises(SettingsError) as e:
             config.load(env_file=env, environ={})
         assert "line 4 of" in str(e.value) and "see .env.example" in str(e.value), line
-    env.write_text("# fine\nexport LLAMA_EXIT_TIMEOUT=7\nLLAMA_MAX_TOKENS = 200\nHTTP_PROXY\nhttp_proxy=x\nmy-key=1\n\n"
-                   "SANDSHELL_WORKSPACE=${NOT_SET_ANYWHERE:-/srv}/ws\n")  # (others' lines; ${} expanded)  # fmt: skip
+    env.write_text(
+        "# fine\nexport LLAMA_EXIT_TIMEOUT=7\nLLAMA_MAX_TOKENS = 200\nHTTP_PROXY\nhttp_proxy=x\nmy-key=1\n\n"
+        "SANDSHELL_WORKSPACE=${NOT_SET_ANYWHERE:-/srv}/ws\n"
+    )  # (others' lines; ${} expanded)
     s = config.load(env_file=env, environ={})
     assert (s.exit_timeout, s.max_tokens, s.workspace) == (7.0, 200, "/srv/ws")
     env.write_bytes(b"LLAMA_MAX_TOKENS=200\nSANDSHELL_API_TOKEN=caf\xe9\n")  # latin-1 (a traceback, then U+FFFD)

@@ -44,8 +44,10 @@ json_values = st.recursive(
 
 
 @FUZZ
-@given(st.lists(st.dictionaries(st.sampled_from(["type", "id", "data", "x"]), json_values, max_size=4), max_size=8),
-       st.integers(min_value=1, max_value=64))  # fmt: skip
+@given(
+    st.lists(st.dictionaries(st.sampled_from(["type", "id", "data", "x"]), json_values, max_size=4), max_size=8),
+    st.integers(min_value=1, max_value=64),
+)
 def test_frames_survive_any_split(frames: list[dict[str, object]], cut: int) -> None:
     frames = [{**f, "type": str(f.get("type", "t"))} for f in frames]
     data = b"".join(encode(f) for f in frames)
@@ -68,8 +70,18 @@ def test_action_parser_accepts_or_explains(text: str) -> None:
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(["bash", "read", "write", "done"]), st.text(min_size=1, max_size=80),
-                          st.text(max_size=40), st.text(max_size=20)), min_size=1, max_size=4))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["bash", "read", "write", "done"]),
+            st.text(min_size=1, max_size=80),
+            st.text(max_size=40),
+            st.text(max_size=20),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_any_action_round_trips(items: list[tuple[str, str, str, str]]) -> None:
     def arg(kind: str, a: str) -> str:  # a path holds no JSON debris or controls (the parser refuses them)
         if kind in ("read", "write"):
@@ -83,8 +95,10 @@ def test_any_action_round_trips(items: list[tuple[str, str, str, str]]) -> None:
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.text(max_size=300)), max_size=10),
-       st.integers(min_value=1, max_value=97))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.text(max_size=300)), max_size=10),
+    st.integers(min_value=1, max_value=97),
+)
 def test_raw_output_frames_survive_any_split(chunks: list[tuple[str, str]], cut: int) -> None:
     frames = [{"type": "output", "id": "c1", "seq": i, "stream": s, "data": d} for i, (s, d) in enumerate(chunks)]
     frames.append({"type": "exit", "id": "c1", "exit_code": 0})
@@ -100,15 +114,20 @@ def test_raw_output_frames_survive_any_split(chunks: list[tuple[str, str]], cut:
         out += reader.feed(data[i : i + cut])
         fed = min(i + cut, len(data))  # the host waits for more while a flood's frame is still coming
         assert reader.coming() == next((end - fed for start, end in bodies if start <= fed < end), 0)
-    expected = [{**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
-                for f in frames]  # fmt: skip
+    expected = [
+        {**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
+        for f in frames
+    ]
     assert out == expected
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.text(max_size=3000)), max_size=8),
-       st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=8),
-       st.integers(min_value=1, max_value=4099), st.booleans())  # fmt: skip
+@given(
+    st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.text(max_size=3000)), max_size=8),
+    st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=8),
+    st.integers(min_value=1, max_value=4099),
+    st.booleans(),
+)
 def test_the_engines_stream_headers_come_off_at_any_split(
     chunks: list[tuple[str, str]], pieces: list[int], cut: int, stderr: bool
 ) -> None:
@@ -128,19 +147,42 @@ def test_the_engines_stream_headers_come_off_at_any_split(
     for at in range(0, len(stream), cut):
         conn._feed(stream[at : at + cut])
     got = list(conn._frames)
-    expected = [{**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
-                for f in frames]  # fmt: skip
+    expected = [
+        {**f, "data": f["data"].encode("utf-8", "replace").decode("utf-8", "replace")} if "data" in f else f
+        for f in frames
+    ]
     assert got == expected
     assert not stderr or i < 3 or list(conn.stderr)[-1] == "oops"
 
 
 frames = st.dictionaries(
-    st.sampled_from(["exit_code", "error", "notice", "timed_out", "signal", "spill_path", "output_bytes",
-                     "duration", "user", "host", "cwd", "tail", "path", "content", "size", "truncated",
-                     "goal", "system", "config", "x"]),
+    st.sampled_from(
+        [
+            "exit_code",
+            "error",
+            "notice",
+            "timed_out",
+            "signal",
+            "spill_path",
+            "output_bytes",
+            "duration",
+            "user",
+            "host",
+            "cwd",
+            "tail",
+            "path",
+            "content",
+            "size",
+            "truncated",
+            "goal",
+            "system",
+            "config",
+            "x",
+        ]
+    ),
     json_values | st.integers(min_value=2**1024) | st.integers(max_value=-(2**1024)),  # past a float's range
     max_size=12,
-)  # fmt: skip
+)
 
 
 @FUZZ
@@ -174,11 +216,21 @@ def _result_field_by_field(command: str, f: dict[str, Any]) -> Any:
 
     code = f.get("exit_code")
     flags = ("timed_out", "interrupted", "restarted", "output_limited", "truncated", "syntax_error")
-    return Result(command, code if type(code) is int else None, **{k: f.get(k) is True for k in flags},
-                  error=text("error"), notice=text("notice"), signal=text("signal"), spill_path=text("spill_path"),
-                  output_bytes=number(f, "output_bytes", int), duration=number(f, "duration", float),
-                  user=text("user") or "root", host=text("host") or "sandbox", cwd=text("cwd") or "/",
-                  tail=text("tail") or "")  # fmt: skip
+    return Result(
+        command,
+        code if type(code) is int else None,
+        **{k: f.get(k) is True for k in flags},
+        error=text("error"),
+        notice=text("notice"),
+        signal=text("signal"),
+        spill_path=text("spill_path"),
+        output_bytes=number(f, "output_bytes", int),
+        duration=number(f, "duration", float),
+        user=text("user") or "root",
+        host=text("host") or "sandbox",
+        cwd=text("cwd") or "/",
+        tail=text("tail") or "",
+    )
 
 
 def test_a_results_empty_names_are_the_defaults() -> None:
@@ -203,10 +255,21 @@ JSONISH = st.text(alphabet=st.sampled_from(list('{}[]",:0123456789.eE+- \t\r\x00
 
 
 @FUZZ
-@given(st.one_of(JSONISH, st.builds(lambda kind, v, tail: json.dumps({"type": kind, **v}) + tail,
-       st.one_of(st.text(max_size=5), st.integers()), st.dictionaries(st.text(max_size=5),
-       st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)), max_size=4),
-       st.sampled_from(["", " ", "\t\r", "x", "{}", "]", " 1"]))))  # fmt: skip
+@given(
+    st.one_of(
+        JSONISH,
+        st.builds(
+            lambda kind, v, tail: json.dumps({"type": kind, **v}) + tail,
+            st.one_of(st.text(max_size=5), st.integers()),
+            st.dictionaries(
+                st.text(max_size=5),
+                st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)),
+                max_size=4,
+            ),
+            st.sampled_from(["", " ", "\t\r", "x", "{}", "]", " 1"]),
+        ),
+    )
+)
 def test_the_frame_parser_takes_what_json_takes(text: str) -> None:
     """The frame parser calls JSON's C scanner itself (not `json.loads`): it must accept exactly the
     objects with a string `type` that `json.loads` does, with the same content."""

@@ -102,8 +102,12 @@ def test_only_the_tui_imports_textual() -> None:
 
 
 def test_the_agent_imports_nothing_of_the_host() -> None:
-    offenders = [m for m, p in _modules().items() if m.startswith("sandshell_agent")
-                 and any(i.startswith("sandshell.") or i == "sandshell" for i in _imports(m, p, False))]  # fmt: skip
+    offenders = [
+        m
+        for m, p in _modules().items()
+        if m.startswith("sandshell_agent")
+        and any(i.startswith("sandshell.") or i == "sandshell" for i in _imports(m, p, False))
+    ]
     assert not offenders
 
 
@@ -129,39 +133,57 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: P
     """`pip install .` (not editable): `sandshell --help` and `sandshell prepare` run from another folder."""
     # Build from a copy of the source: building in place would write build/ into the checkout.
     source = tmp_path / "source"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.split("\n")  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     for name in filter(None, listed):
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
     wheels = tmp_path / "wheels"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(source)],
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     wheel = next(wheels.glob("sandshell-*.whl"))
     env_dir = tmp_path / "venv"
     # The fresh venv sees the test venv's packages (llama.cpp, docker...) but not the checkout.
     venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
-    site = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    site = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     deps = [p for p in sys.path if p.endswith("site-packages")]
     Path(site, "deps.pth").write_text("\n".join(deps) + "\n")
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "--no-deps", str(wheel)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert install.returncode == 0, install.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SANDSHELL_", "PYTHON"))}
     env["SANDSHELL_HOME"] = str(elsewhere)
     probe = subprocess.run(
-        [str(env_dir / "bin" / "python"), "-c",
-         "import sandshell, sandshell.resources as r; print(sandshell.__file__); print(r.container_dir());"
-         "print(r.agent_dir())"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            str(env_dir / "bin" / "python"),
+            "-c",
+            "import sandshell, sandshell.resources as r; print(sandshell.__file__); print(r.container_dir());"
+            "print(r.agent_dir())",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.returncode == 0, probe.stderr
     assert str(REPO) not in probe.stdout, f"the installed package reads the checkout: {probe.stdout}"
     cli = env_dir / "bin" / "sandshell"

@@ -34,8 +34,15 @@ def env_for(tmp_path: Path, workspace: Path, **extra: str) -> dict[str, str]:
 
 
 def test_start_sh_without_a_terminal_says_so(tmp_path: Path, workspace: Path) -> None:
-    proc = subprocess.run(["./start.sh"], cwd=REPO, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["./start.sh"],
+        cwd=REPO,
+        env=env_for(tmp_path, workspace),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "needs a terminal" in proc.stderr
 
@@ -45,8 +52,9 @@ def test_reset_sh_archives_then_lays_out_starter_files(tmp_path: Path, workspace
     (workspace / "deep").mkdir()
     (workspace / "deep" / "f").write_text("x")
     (workspace / "link").symlink_to("/etc/passwd")
-    proc = subprocess.run(["./reset.sh", "--yes"], cwd=REPO, env=env_for(tmp_path, workspace),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        ["./reset.sh", "--yes"], cwd=REPO, env=env_for(tmp_path, workspace), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in workspace.iterdir()) == ["config.json", "goal", "system.md"]
     assert json.loads((workspace / "config.json").read_text())["temperature"] == 0.7
@@ -61,8 +69,15 @@ def test_reset_sh_archives_then_lays_out_starter_files(tmp_path: Path, workspace
 
 def test_reset_without_yes_and_without_a_terminal_changes_nothing(tmp_path: Path, workspace: Path) -> None:
     (workspace / "keep").write_text("k")
-    proc = subprocess.run(["./reset.sh"], cwd=REPO, env=env_for(tmp_path, workspace), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["./reset.sh"],
+        cwd=REPO,
+        env=env_for(tmp_path, workspace),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "--yes" in proc.stderr and (workspace / "keep").exists()
 
 
@@ -74,8 +89,13 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     script.write_text('{"bash": "echo started; sleep 60", "timeout": 90}\n{"done": "never"}\n')
     env = env_for(tmp_path, workspace, LLAMA_INTRO="false")
     cli = [sys.executable, "-m", "sandshell.cli"]
-    proc = subprocess.Popen([*cli, "--headless", "--goal", "g", "--script", str(script)],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [*cli, "--headless", "--goal", "g", "--script", str(script)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     log = None
     while time.monotonic() < deadline:
@@ -93,8 +113,14 @@ def test_kill_9_mid_command_leaves_a_readable_log_and_the_next_start_reaps(
     assert docker_client.containers.list(all=True, sparse=True, filters=mine), (
         "the orphan should be there before the next start"
     )
-    prepared = subprocess.run([sys.executable, "-m", "sandshell.cli", "prepare"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    prepared = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "prepare"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert prepared.returncode == 0, prepared.stderr
     assert f"removed leftover container sandshell-{log.parent.name}" in prepared.stderr
     assert not docker_client.containers.list(all=True, sparse=True, filters=mine)
@@ -110,8 +136,15 @@ def test_start_sh_without_docker_says_so(tmp_path: Path, workspace: Path) -> Non
         (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     env = env_for(tmp_path, workspace)
     env["PATH"] = str(tools)
-    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        ["./start.sh", "--headless", "--goal", "x"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Docker is not installed" in proc.stderr
 
@@ -122,15 +155,29 @@ def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
     """A headless run whose set-up finds an error says it once on stderr and still prints its JSON on
     stdout."""
     env = env_for(tmp_path, workspace, LLAMA_MODEL_PATH="/nope/m.gguf")
-    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        ["./start.sh", "--headless", "--goal", "x"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.count("the model file /nope/m.gguf does not exist") == 1, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "error" and "/nope/m.gguf" in result["error"]
     env = env_for(tmp_path, workspace, LLAMA_EXIT_TIMEOUT="soon")  # a bad setting: the same
-    proc = subprocess.run(["./start.sh", "--headless", "--goal", "x"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        ["./start.sh", "--headless", "--goal", "x"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.count("LLAMA_EXIT_TIMEOUT='soon' is not a valid float") == 1, proc.stderr
     assert json.loads(proc.stdout)["status"] == "error"
@@ -139,6 +186,13 @@ def test_a_headless_start_with_a_missing_model_says_it_once_and_prints_its_json(
 def test_start_sh_help_is_only_help(tmp_path: Path, workspace: Path) -> None:
     """`./start.sh --help` prints help alone: no set-up check first, none of its lines."""
     for argv in (["--help"], ["eval", "--help"]):
-        proc = subprocess.run(["./start.sh", *argv], cwd=REPO, env=env_for(tmp_path, workspace), capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(
+            ["./start.sh", *argv],
+            cwd=REPO,
+            env=env_for(tmp_path, workspace),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         assert proc.returncode == 0 and proc.stdout.startswith("usage:") and not proc.stderr, proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sandshell.errors import SandshellError
-from sandshell.inert import say
+from sandshell.safe_text import say
 
 
 def prepare(for_start: bool = False) -> int:
@@ -82,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         from sandshell.eval.cli import main as eval_main
 
         return eval_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="sandshell", description="Watch a local language model live in a shell.",
-                                     allow_abbrev=False)  # (`--headles` is a typo to say, not --headless)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="sandshell", description="Watch a local language model live in a shell.", allow_abbrev=False
+    )  # (`--headles` is a typo to say, not --headless)
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser(
         "eval", allow_abbrev=False, help="run a suite of tasks and score them (see `eval --help`)"
@@ -129,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             if not 0 < args.speed < float("inf"):
                 raise SandshellError(f"--speed must be a number above 0 (2 plays twice as fast), not {args.speed:g}")
             open_recording(Path(args.folder)).close()
-            require_terminal("replay shows a recording in the UI, which needs a terminal: run it in one"
-                             " (`--headless rerun FOLDER` runs its actions again without one)")  # fmt: skip
+            require_terminal(
+                "replay shows a recording in the UI, which needs a terminal: run it in one"
+                " (`--headless rerun FOLDER` runs its actions again without one)"
+            )
             run_app(replay_app(Path(args.folder), args.speed))
             return 0
         if args.cmd == "serve":

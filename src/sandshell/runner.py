@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from sandshell import config, inert
+from sandshell import config, safe_text
 from sandshell.config import Settings
 from sandshell.model.turn import Model, make_backend
 from sandshell.model.types import Backend
@@ -22,7 +22,7 @@ from sandshell.session.outcome import Outcome, StartFailed, outcome_of
 from sandshell.session.recorder import Recorder
 from sandshell.session.transcript import render
 from sandshell.session.types import session_dir
-from sandshell.session.world import World
+from sandshell.session.world import ModelWorld
 
 LOG_LINES = 400
 
@@ -36,7 +36,7 @@ class SessionSpec:
     backend: Backend | None = None  # None: made from the settings
     sinks: Sequence[Sink] = ()  # besides the recorder, which every session has
     control: Control | None = None
-    world: World | None = None  # None: the model's world is read from /app
+    world: ModelWorld | None = None  # None: the model's world is read from /app
     session_id: str | None = None
     sandbox: Sandbox | None = None  # a running sandbox to use and leave running; None: a new one
     title: str = "sandshell"  # the recording's title
@@ -49,8 +49,9 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
     exit. A start that fails is recorded (its error, the end) and raised as StartFailed."""
     s = spec.settings
     session_id = spec.session_id or (spec.sandbox.session_id if spec.sandbox else new_session_id())
-    recorder = Recorder(session_dir(s, session_id), f"{spec.title} {session_id}", int(s.cast_version),
-                        s.cast_idle_limit)  # fmt: skip
+    recorder = Recorder(
+        session_dir(s, session_id), f"{spec.title} {session_id}", int(s.cast_version), s.cast_idle_limit
+    )
     sinks: list[Sink] = [recorder, *spec.sinks]
     life = Lifecycle(sinks, session_id, s)
     control = spec.control or Control(approval=s.approval)
@@ -59,11 +60,12 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
         box: AbstractContextManager[Sandbox] = (
             nullcontext(spec.sandbox)
             if spec.sandbox is not None
-            else Sandbox(settings=s, session_id=session_id, log=spec.log or inert.say)
+            else Sandbox(settings=s, session_id=session_id, log=spec.log or safe_text.say)
         )
         with box as sandbox:
-            session = Session(s, sandbox, model, sinks, control, session_id, spec.goal, spec.world, life,
-                              recorder.folder)  # fmt: skip
+            session = Session(
+                s, sandbox, model, sinks, control, session_id, spec.goal, spec.world, life, recorder.folder
+            )
             control.on_quit.append(sandbox.interrupt)
             yield session
     except (Exception, KeyboardInterrupt) as e:
@@ -105,7 +107,7 @@ class LineLog:
         if isinstance(event, ModelText):
             return  # the whole answer comes with ModelReplied, on one line
         if isinstance(event, ModelReplied):
-            said = inert.inert(" ".join(event.text.split())[:600])
+            said = safe_text.visible(" ".join(event.text.split())[:600])
             text = "model: " + said + "\n" + render(event, color=False).lstrip("\n")
         else:
             text = render(event, color=False)
@@ -161,13 +163,29 @@ def run_task(
     `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
     recording's folder; None when the settings could not be read)."""
     log = LineLog(echo=echo)
-    o = run_headless(task, timeout, max_iterations, settings, read_only, backend, control, [log, *sinks],
-                     session_id, log.lines.append)  # fmt: skip
+    o = run_headless(
+        task,
+        timeout,
+        max_iterations,
+        settings,
+        read_only,
+        backend,
+        control,
+        [log, *sinks],
+        session_id,
+        log.lines.append,
+    )
     if o.recording:
         log.lines.insert(0, f"recording: {o.recording}")
     numbers = {"turns": o.turns, "seconds": o.seconds, "tokens_in": o.tokens_in, "tokens_out": o.tokens_out}
-    return {"status": o.status, "result": o.result, "error": o.error, "log": log.lines, **numbers,
-            "session": o.recording}  # fmt: skip
+    return {
+        "status": o.status,
+        "result": o.result,
+        "error": o.error,
+        "log": log.lines,
+        **numbers,
+        "session": o.recording,
+    }
 
 
 __all__ = ["LineLog", "SessionSpec", "open_session", "run_headless", "run_session", "run_task"]

@@ -12,8 +12,8 @@ from pathlib import Path
 from sandshell import config
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
-from sandshell.inert import say
 from sandshell.model.genconfig import STARTER
+from sandshell.safe_text import say
 
 STARTER_SYSTEM = """# My own instructions
 I may rewrite this file to remember what I learn about this machine and how to reach my goal.

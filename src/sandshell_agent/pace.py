@@ -51,7 +51,7 @@ class Throttled:
             return 0
 
 
-class NextLook:
+class EagerPoll:
     def __init__(self, limit: float = LOOK_LIMIT, throttled: Callable[[], int] | None = None) -> None:
         self.limit = limit
         self.idle_since = -1.0  # when the loop went idle (its first turn with no command), -1: it is not

@@ -14,10 +14,10 @@ from typing import Any
 from . import AGENT_NAME, compiled, cpus, files, procs
 from .channel import Channel, error
 from .diskguard import DiskGuard
+from .execution import Runner
 from .frames import FrameError, refusal
-from .pace import NextLook
+from .pace import EagerPoll
 from .poller import Poller
-from .runner import Runner
 from .settings import Config
 from .shell import LONG_CWD, Shell, loop_loads
 from .stdio import StdioChannel
@@ -67,7 +67,7 @@ class Agent:
         )
         self.sel.register(self.disk.wake_r, selectors.EVENT_READ, "disk")
         self.quick = True  # the last command ended within SPIN_SECONDS (`_settle`)
-        self.next = NextLook()  # whether the loop looks for the next request without sleeping
+        self.next = EagerPoll()  # whether the loop looks for the next request without sleeping
 
     @property
     def shell(self) -> Shell:
@@ -76,9 +76,16 @@ class Agent:
     def _hello(self) -> dict[str, Any]:
         r = self.runner
         running = r.cmd.id if r.cmd else None
-        return {"agent": AGENT_NAME, "pid": os.getpid(), "user": r.user, "host": r.host, "cwd": r.shell.shown_cwd,
-                "running": running, "shell": "loop" if r.shell.loop else "wrapper",
-                "code": "compiled" if compiled(__name__) else "source"}  # fmt: skip
+        return {
+            "agent": AGENT_NAME,
+            "pid": os.getpid(),
+            "user": r.user,
+            "host": r.host,
+            "cwd": r.shell.shown_cwd,
+            "running": running,
+            "shell": "loop" if r.shell.loop else "wrapper",
+            "code": "compiled" if compiled(__name__) else "source",
+        }
 
     # -- requests ----------------------------------------------------------------------------
     def _handle(self, frame: dict[str, Any]) -> None:

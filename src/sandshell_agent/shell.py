@@ -132,17 +132,33 @@ class Shell:
         places = (self.cwd, self.first_cwd, "/")
         self.proc, self.cwd, killed = spawn.bash(places, self.home, control_r, out_w, err_w, (status_w, ready_w))
         self.unreachable = (wanted or LONG_CWD) if self.cwd != wanted else None
-        self.news = [news for news, told in (
-            (f"a new shell ended while it read the saved state back; one started in {self.cwd} without it"
-             " (exports and functions are lost)", self.fell_back),
-            (f"the new shell could not enter {wanted} (gone, or not permitted) and started in {self.cwd}"
-             if wanted else f"the new shell could not return to {LONG_CWD} and started in {self.cwd}",
-             self.unreachable),
-            (f"the container's process limit was full as a new shell had to start: {killed} processes"
-             " left by earlier commands were killed to make room", killed),
-            (f"the compiled command loop ({LOOP_LIBRARY}) no longer loads (removed or replaced from inside):"
-             " commands run through the bash functions from now on", lost_loop),
-        ) if told]  # fmt: skip
+        self.news = [
+            news
+            for news, told in (
+                (
+                    f"a new shell ended while it read the saved state back; one started in {self.cwd} without it"
+                    " (exports and functions are lost)",
+                    self.fell_back,
+                ),
+                (
+                    f"the new shell could not enter {wanted} (gone, or not permitted) and started in {self.cwd}"
+                    if wanted
+                    else f"the new shell could not return to {LONG_CWD} and started in {self.cwd}",
+                    self.unreachable,
+                ),
+                (
+                    f"the container's process limit was full as a new shell had to start: {killed} processes"
+                    " left by earlier commands were killed to make room",
+                    killed,
+                ),
+                (
+                    f"the compiled command loop ({LOOP_LIBRARY}) no longer loads (removed or replaced from inside):"
+                    " commands run through the bash functions from now on",
+                    lost_loop,
+                ),
+            )
+            if told
+        ]
         procs.protect(self.proc.pid)  # the agent's own child: never taken for an orphan of the model's
         try:  # its status channel closes a moment before it is gone: this says when it is
             self.exit_fd = os.pidfd_open(self.proc.pid)

@@ -15,8 +15,9 @@ NO_PROCESS = (errno.EAGAIN, errno.ENOMEM)  # what a failed fork says
 SHELL_OOM_SCORE = 500  # of -1000..1000, added to the model's processes' OOM scores (the agent's is 0)
 
 
-def bash(places: tuple[str, ...], home: str, stdin: int, stdout: int, stderr: int,
-         keep: tuple[int, ...]) -> tuple[subprocess.Popen[bytes], str, int]:  # fmt: skip
+def bash(
+    places: tuple[str, ...], home: str, stdin: int, stdout: int, stderr: int, keep: tuple[int, ...]
+) -> tuple[subprocess.Popen[bytes], str, int]:
     """Bash started in the first of `places` it can enter (a folder the model made one it cannot
     enter, `chmod 000 .` where root has no CAP_DAC_OVERRIDE, must not take the agent down); with
     where it started, and how many of the model's processes were killed to make room for it.

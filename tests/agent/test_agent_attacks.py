@@ -302,8 +302,10 @@ def test_a_state_file_numbered_in_other_digits_cannot_end_the_agent(box: Sandbox
     """`"²".isdigit()` is true and `int("²")` raises: both state scripts marked "whole ²", then
     the shell ended, must not make the next shell's start raise in the agent, PID 1."""
     container = box.container.id
-    r = box.execute("cd /etc; for f in /run/sandshell-agent/state0.sh /run/sandshell-agent/state1.sh; do "
-                    "printf '# sandshell: whole \\xc2\\xb2\\n' > $f; done; exit 4")  # fmt: skip
+    r = box.execute(
+        "cd /etc; for f in /run/sandshell-agent/state0.sh /run/sandshell-agent/state1.sh; do "
+        "printf '# sandshell: whole \\xc2\\xb2\\n' > $f; done; exit 4"
+    )
     assert r.return_code == 4 and r.restarted, r
     r = box.execute("echo alive; pwd")
     assert r.output.startswith("alive\n") and r.error is None, r
@@ -331,14 +333,23 @@ def test_the_agents_own_process_files_are_closed_to_the_models_file_actions(box:
     own = "agent's own process files"
     tids = [t for t in box.execute("ls /proc/1/task").output.split() if t != "1"]
     assert tids, "the agent has threads of its own (the disk watchdog's)"
-    paths = ["/proc/1/maps", "/proc/self/syscall", "/proc/1/task/1/comm", "/proc/thread-self/io",
-             f"/proc/{tids[0]}/maps", "/app/maps-link"]  # fmt: skip
+    paths = [
+        "/proc/1/maps",
+        "/proc/self/syscall",
+        "/proc/1/task/1/comm",
+        "/proc/thread-self/io",
+        f"/proc/{tids[0]}/maps",
+        "/app/maps-link",
+    ]
     box.execute("ln -sf /proc/1/maps /app/maps-link")
     for path in paths:
         got = box.read_file(path)
         assert got.content is None and own in (got.error or ""), (path, got)
-    for path, content in (("/proc/1/timerslack_ns", "100000000000"), ("/proc/self/comm", "bash"),
-                          (f"/proc/{tids[0]}/timerslack_ns", "100000000000")):  # fmt: skip
+    for path, content in (
+        ("/proc/1/timerslack_ns", "100000000000"),
+        ("/proc/self/comm", "bash"),
+        (f"/proc/{tids[0]}/timerslack_ns", "100000000000"),
+    ):
         with pytest.raises(SandboxError, match=own):
             box.write_file(path, content)
     assert box.execute("cat /proc/1/comm 2>/dev/null || ps -o comm= -p 1").output.strip() != "bash"

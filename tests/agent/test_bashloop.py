@@ -44,8 +44,9 @@ def test_the_library_needs_nothing_newer_than_glibc_2_17(tmp_path: Path) -> None
     for name in ("bashloop.c", "blake2s.h"):
         (context / "sandshell_agent" / name).write_bytes((agent_dir() / name).read_bytes())
     assert compile_loop(context, lambda _m: None)
-    symbols = subprocess.run(["objdump", "-T", str(context / "sandshell_agent" / "bashloop.so")],
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    symbols = subprocess.run(
+        ["objdump", "-T", str(context / "sandshell_agent" / "bashloop.so")], capture_output=True, text=True, check=True
+    ).stdout
     versions = {tuple(map(int, v.split("."))) for v in re.findall(r"GLIBC_(\d+\.\d+)", symbols)}
     assert versions and max(versions) <= (2, 17), sorted(versions)
 

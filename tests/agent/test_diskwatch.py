@@ -319,10 +319,18 @@ def test_a_look_reads_a_bounded_text_of_mappings_and_still_reaches_every_process
     deep.mkdir(parents=True)
     (deep / "f").write_bytes(b"x" * 4096)
     hoarder = subprocess.Popen(  # ~1.6 MB of maps text: 400 mappings that cannot merge (same offset)
-        [sys.executable, "-c", "import mmap, sys; f = open(sys.argv[1], 'rb');"
-         " m = [mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ) for _ in range(400)];"
-         " print('ready', flush=True); sys.stdin.read()", str(deep / "f")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import mmap, sys; f = open(sys.argv[1], 'rb');"
+            " m = [mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ) for _ in range(400)];"
+            " print('ready', flush=True); sys.stdin.read()",
+            str(deep / "f"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     gone = tmp_path / "gone"
     gone.write_bytes(b"g" * (1 << 20))
     holder = subprocess.Popen(  # a deleted file it holds by a mapping alone
@@ -504,8 +512,15 @@ def test_a_folder_given_its_reading_back_is_watched_at_once(tmp_path: Path) -> N
             os.chown(path, 65534, 65534)
         (root / "h").chmod(0o300)
         env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
-        done = subprocess.run([python, "-c", UNREADABLE, str(root)], user=65534, group=65534, env=env,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [python, "-c", UNREADABLE, str(root)],
+            user=65534,
+            group=65534,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         quick, whole = map(int, done.stdout.split())
         assert quick == whole >= 2_000_000, done.stdout

@@ -93,12 +93,12 @@ def test_a_socket_closed_after_it_was_registered_can_still_be_unregistered() -> 
 
 
 def test_the_loop_looks_for_the_next_request_only_while_requests_come_back_to_back() -> None:
-    """pace.NextLook: a request within LOOK_LIMIT of the loop going idle makes the loop look for the
+    """pace.EagerPoll: a request within LOOK_LIMIT of the loop going idle makes the loop look for the
     next one without sleeping, for twice that gap, once; a later one (a model's next turn) or a slow
     command ends it."""
-    from sandshell_agent.pace import LOOK_LIMIT, NextLook
+    from sandshell_agent.pace import LOOK_LIMIT, EagerPoll
 
-    pace, t = NextLook(throttled=lambda: 0), 100.0
+    pace, t = EagerPoll(throttled=lambda: 0), 100.0
     assert pace.idle(t, quick=True) == 0.0  # the first command after a start: nothing says they come fast
     pace.request(t + 2.0)  # seconds later, as a model's turn comes
     assert pace.idle(t + 2.001, quick=True) == 0.0
@@ -118,10 +118,10 @@ def test_the_loop_looks_for_the_next_request_only_while_requests_come_back_to_ba
 def test_the_loop_does_not_look_for_a_while_once_the_cpu_limit_held_the_container_back() -> None:
     """A look spends the container's CPU: in a loop of 0.3 ms commands the looks had tripled the time
     its CPU limit held it back (docs/benchmarks.md). Once that count moves, no look for HOLD_OFF."""
-    from sandshell_agent.pace import HOLD_OFF, LOOK_LIMIT, NextLook, Throttled
+    from sandshell_agent.pace import HOLD_OFF, LOOK_LIMIT, EagerPoll, Throttled
 
     count = [3]
-    pace, t = NextLook(throttled=lambda: count[0]), 100.0
+    pace, t = EagerPoll(throttled=lambda: count[0]), 100.0
 
     def turn(at: float) -> float:  # a command, idle, another asked for just after, then idle again
         pace.request(at)

@@ -73,12 +73,16 @@ RUN_ALIAS = r"""eval "$(alias -p | sed -n "s/^alias \(__ss_[0-9a-z]*\)=.*/alias 
 @pytest.mark.parametrize(
     ("plant", "runs"),
     [
-        pytest.param(f"{RUN_ALIAS}; alias if='echo hijacked;' then='echo hijacked;' else='echo hijacked;' "
-                     "fi='echo hijacked;' '{'='echo hijacked;' '}'='echo hijacked;'", True, id="aliases-on-its-words"),
+        pytest.param(
+            f"{RUN_ALIAS}; alias if='echo hijacked;' then='echo hijacked;' else='echo hijacked;' "
+            "fi='echo hijacked;' '{'='echo hijacked;' '}'='echo hijacked;'",
+            True,
+            id="aliases-on-its-words",
+        ),
         pytest.param("unalias -a; shopt -u expand_aliases", True, id="alias-expansion-off"),
         pytest.param("unalias -a; enable -n alias shopt", False, id="alias-builtins-disabled"),
     ],
-)  # fmt: skip
+)
 def test_the_run_lines_alias_holds_or_costs_one_command_unrun(box: Sandbox, plant: str, runs: bool) -> None:
     """Bash reads an alias of the run line for each command (a socket is read a byte at a time):
     an alias of the model's on its name or its reserved words, alias expansion turned off, or the

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sandshell.sandbox.sandbox import Sandbox
-from sandshell_agent.runner import SAVE_WAIT
+from sandshell_agent.execution import SAVE_WAIT
 from tests.conftest import _base_settings
 
 pytestmark = [pytest.mark.docker]
@@ -79,8 +79,15 @@ def test_every_kind_of_change_to_the_exports_is_saved(sb: Sandbox) -> None:
     taken away, an exported variable unset, an unset one exported; and, printed each time, an
     exported array's element. Each must reach a new shell."""
     sb.execute("export SAME=aaaa CASE=abc GONE=1 DROP=1")
-    changes = ("SAME=bbbb", "declare -u CASE", "export -n GONE", "unset DROP", "export NOVAL", "declare -ax ARR=(1 2)",
-               "ARR[1]=3")  # fmt: skip
+    changes = (
+        "SAME=bbbb",
+        "declare -u CASE",
+        "export -n GONE",
+        "unset DROP",
+        "export NOVAL",
+        "declare -ax ARR=(1 2)",
+        "ARR[1]=3",
+    )
     for change in changes:
         sb.execute(change)
         r = sb.execute("kill -9 $$", timeout=3)

@@ -134,8 +134,10 @@ def test_run_is_false_at_the_step_limit_with_the_reason_in_the_log(folder: Path)
 
 
 def test_a_read_only_bot_cannot_write_its_folder(folder: Path) -> None:
-    bot, _ = _bot(folder, ['{"bash": "echo x > /app/report.txt"}', '{"write": "/app/new.txt", "content": "x"}',
-                           '{"done": "tried"}'])  # fmt: skip
+    bot, _ = _bot(
+        folder,
+        ['{"bash": "echo x > /app/report.txt"}', '{"write": "/app/new.txt", "content": "x"}', '{"done": "tried"}'],
+    )
     out = bot.run("Overwrite the report.", timeout=60, max_iterations=5)
     assert out["status"] is True
     assert "Read-only file system" in "\n".join(out["log"])
@@ -193,8 +195,9 @@ def test_a_browsing_bot_reads_a_page_with_its_text_browser(folder: Path) -> None
 def test_a_bot_runs_on_the_real_default_model(folder: Path) -> None:
     s = _model_settings(LLAMA_SEED="3", LLAMA_MAX_TOKENS="128")
     tool = ToolDefinition("true", "python3 --version", "python3 runs Python scripts.", name="python3")
-    bot = Bot("reader", BotType.READING, Permission.READ_ONLY, folder_to_mount=folder, settings=s,
-              additional_tools=[tool])  # fmt: skip
+    bot = Bot(
+        "reader", BotType.READING, Permission.READ_ONLY, folder_to_mount=folder, settings=s, additional_tools=[tool]
+    )
     out = bot.run("What does /app/report.txt say?", timeout=240, max_iterations=3)
     assert out["status"] is (out["error"] is None) and out["log"][0].startswith("reader: ")
     assert any(line.startswith("model: [") for line in out["log"])  # the model answered with actions

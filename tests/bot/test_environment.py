@@ -181,8 +181,11 @@ def test_a_failing_verification_is_a_clear_error_and_leaves_no_container(
     with pytest.raises(ToolError, match=r"'ghost' was installed but its check .* failed .*exit 1"):
         e.start()
     assert e.sandbox is None
-    mine = [c for c in docker_client.api.containers(all=True, filters={"label": engine.LABEL})
-            if c["Image"].startswith(tool_image_repo(_base_settings(), [tool]))]  # fmt: skip
+    mine = [
+        c
+        for c in docker_client.api.containers(all=True, filters={"label": engine.LABEL})
+        if c["Image"].startswith(tool_image_repo(_base_settings(), [tool]))
+    ]
     assert mine == []
 
 

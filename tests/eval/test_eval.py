@@ -37,8 +37,13 @@ def write(folder: Path, name: str, text: str) -> Path:
 def test_a_good_task_loads_with_its_fields(tmp_path: Path) -> None:
     t = load_task(write(tmp_path, "hi", GOOD))
     assert (t.name, t.level, t.tags, t.setup, t.time_limit, t.step_limit) == (
-        "hi", "trivial", ("files",), ("mkdir -p /app/x",), 30.0, 4,
-    )  # fmt: skip
+        "hi",
+        "trivial",
+        ("files",),
+        ("mkdir -p /app/x",),
+        30.0,
+        4,
+    )
     assert t.solution_lines() == [
         '[{"bash": "echo hi > /app/hi.txt"}]',
         '[{"bash": "cat /app/hi.txt"}, {"done": "ok"}]',
@@ -146,9 +151,23 @@ def test_eval_command_runs_tasks_records_each_and_writes_json(
 
 def test_compare_shows_rates_and_the_tasks_that_flipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def r(task: str, level: str, passed: bool) -> dict[str, object]:
-        return {"task": task, "level": level, "variant": "v", "repeat": 1, "passed": passed, "status": "done",
-                "error": None, "check_output": "", "steps": 2, "tokens_in": 10, "tokens_out": 5, "seconds": 1.0,
-                "ttft": [0.5], "cache": [0.9], "session": None}  # fmt: skip
+        return {
+            "task": task,
+            "level": level,
+            "variant": "v",
+            "repeat": 1,
+            "passed": passed,
+            "status": "done",
+            "error": None,
+            "check_output": "",
+            "steps": 2,
+            "tokens_in": 10,
+            "tokens_out": 5,
+            "seconds": 1.0,
+            "ttft": [0.5],
+            "cache": [0.9],
+            "session": None,
+        }
 
     a = report.document([r("t1", "trivial", False), r("t2", "easy", True)], {})
     b = report.document([r("t1", "trivial", True), r("t2", "easy", True)], {})

@@ -89,8 +89,11 @@ def test_kv_cache_is_reused_for_a_stable_prefix(backend: LlamaBackend) -> None:
         return out[0]
 
     stats(MESSAGES)
-    longer = [*MESSAGES, {"role": "assistant", "content": '[{"bash": "uname -r"}]'},
-              {"role": "user", "content": "$ uname -r\n6.1.0\n0 root@sandbox:/app #"}]  # fmt: skip
+    longer = [
+        *MESSAGES,
+        {"role": "assistant", "content": '[{"bash": "uname -r"}]'},
+        {"role": "user", "content": "$ uname -r\n6.1.0\n0 root@sandbox:/app #"},
+    ]
     second = stats(longer)
     assert second.cached_tokens >= 0.8 * (second.prompt_tokens - 40), second
 

@@ -30,10 +30,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w+b")  # noqa: SIM115 - a pipe would fill and stall it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "4096", "--model_alias", "smollm2"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(default_model_path()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--model_alias",
+            "smollm2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}/v1"
     try:
 
@@ -55,8 +69,10 @@ def test_streams_and_parses_with_a_constraint(server: str) -> None:
     )
     backend = OpenAIBackend(settings)
     model = Model(backend, settings)
-    messages = [{"role": "system", "content": fixed_system_prompt()},
-                {"role": "user", "content": "Begin. Goal: list the files in /app."}]  # fmt: skip
+    messages = [
+        {"role": "system", "content": fixed_system_prompt()},
+        {"role": "user", "content": "Begin. Goal: list the files in /app."},
+    ]
     chunks, reply = [], None
     for item in model.turn(messages, {"max_tokens": 200, "temperature": 0.3, "seed": 1}):
         if isinstance(item, Reply):
@@ -80,9 +96,15 @@ def test_an_overflow_is_told_with_its_numbers_and_the_history_shrinks_to_fit(ser
     ws = tmp_path / "ws"
     ws.mkdir()
     s = config.load(env_file=None, environ={}).replace(
-        backend="openai", openai_base_url=server, openai_model="smollm2", n_ctx=16384, max_tokens=128,
-        workspace=str(ws), sessions_dir=str(tmp_path / "sessions"), intro=False,
-    )  # fmt: skip
+        backend="openai",
+        openai_base_url=server,
+        openai_model="smollm2",
+        n_ctx=16384,
+        max_tokens=128,
+        workspace=str(ws),
+        sessions_dir=str(tmp_path / "sessions"),
+        intro=False,
+    )
     backend = OpenAIBackend(s)
     assert backend.n_ctx == 16384 and "the server did not say" in backend.description  # llama_cpp.server has no /props
     control = Control()
@@ -124,9 +146,14 @@ def test_a_cwd_that_is_not_utf8_reaches_the_model_server_as_an_escape(server: st
     ws = tmp_path / "ws"
     ws.mkdir()
     s = config.load(env_file=None, environ={}).replace(
-        backend="openai", openai_base_url=server, openai_model="smollm2", max_tokens=32,
-        workspace=str(ws), sessions_dir=str(tmp_path / "sessions"), intro=False,
-    )  # fmt: skip
+        backend="openai",
+        openai_base_url=server,
+        openai_model="smollm2",
+        max_tokens=32,
+        workspace=str(ws),
+        sessions_dir=str(tmp_path / "sessions"),
+        intro=False,
+    )
     control = Control()
     control.take_over("mkdir -p $'/tmp/\\xff' && cd $'/tmp/\\xff' && pwd")
     out = run_task("Say where you are.", 120, 1, settings=s, control=control)

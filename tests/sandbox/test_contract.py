@@ -253,9 +253,11 @@ json_value = st.recursive(
 )
 requests = st.fixed_dictionaries(
     {"type": st.sampled_from(["run", "read", "write", "state", "ping", "interrupt", "ack", "hello", "x", 7, None])},
-    optional={k: json_value for k in ("id", "command", "path", "content", "limit", "timeout", "append", "seq",
-                                       "resume", "nonce", "version")},
-)  # fmt: skip
+    optional={
+        k: json_value
+        for k in ("id", "command", "path", "content", "limit", "timeout", "append", "seq", "resume", "nonce", "version")
+    },
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -202,10 +202,12 @@ def _malformed(raw_agent: Sandbox) -> None:
     conn.send_raw(b'{"type":"run","id":"long","command":"' + b"x" * (300 * 1024) + b'"}\n')
     reply = conn.recv(time.monotonic() + 10)  # a frame that fits, a command over the limit
     assert reply["code"] == "bad_request" and "at most 262,144" in reply["message"]
-    for hostile in (b'{"type":"run","id":"n","command":"touch /tmp/pwned\\u0000"}',  # a NUL, on the raw channel
-                    b'{"type":"run","id":"s","command":"touch /tmp/pwned \\ud800"}',  # a lone surrogate
-                    b'{"type":"write","id":"w","path":"/tmp/pwned","content":"a\\u0000b"}',
-                    b'{"type":"read","id":"l","path":"/app","limit":"lots"}'):  # fmt: skip
+    for hostile in (
+        b'{"type":"run","id":"n","command":"touch /tmp/pwned\\u0000"}',  # a NUL, on the raw channel
+        b'{"type":"run","id":"s","command":"touch /tmp/pwned \\ud800"}',  # a lone surrogate
+        b'{"type":"write","id":"w","path":"/tmp/pwned","content":"a\\u0000b"}',
+        b'{"type":"read","id":"l","path":"/app","limit":"lots"}',
+    ):
         conn.send_raw(hostile + b"\n")
         assert conn.recv(time.monotonic() + 5)["code"] == "bad_request", hostile
     assert raw_agent.execute("test -e /tmp/pwned").return_code == 1

@@ -164,8 +164,9 @@ def test_copying_back_never_writes_through_a_link_already_in_the_workspace(tmp_p
     assert not (ws / "gone").exists()
 
 
-def test_sessions_go_to_the_engine_running_fewest(on_remote: Settings, docker_client: docker.DockerClient,
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_sessions_go_to_the_engine_running_fewest(
+    on_remote: Settings, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
     """SANDSHELL_DOCKER_HOSTS: the local engine and the TLS one; the one running fewer sessions is
     chosen, an engine that does not answer is passed over, and when none answers it is one sentence."""
     local_url = "unix:///var/run/docker.sock"
@@ -197,15 +198,19 @@ def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Setting
     from sandshell.service.store import TaskRecord
     from sandshell.service.tasks import place
 
-    s = on_remote.replace(docker_host="", docker_hosts=f"tcp://127.0.0.1:9,{on_remote.docker_host}",
-                          sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    s = on_remote.replace(
+        docker_host="",
+        docker_hosts=f"tcp://127.0.0.1:9,{on_remote.docker_host}",
+        sessions_dir=str(tmp_path / "sessions"),
+    )
     placed = place(s, TaskRecord("t1", "a goal", {"workspace_mode": "rw"}))
     assert placed.docker_host == on_remote.docker_host and engine.archive_transfer(placed)
     assert placed.workspace == str(tmp_path / "sessions" / "t1" / "workspace")
 
 
-def test_a_whole_task_runs_on_the_tls_engine_through_the_api(remote: engines.Engine, tmp_path: Path,
-                                                              docker_client: docker.DockerClient) -> None:  # fmt: skip
+def test_a_whole_task_runs_on_the_tls_engine_through_the_api(
+    remote: engines.Engine, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
     """`sandshell serve` with SANDSHELL_DOCKER_HOSTS naming an engine that is down, the TLS one and the
     machine's: a task in rw mode runs on the TLS engine (it runs no session, and wins a tie with the machine's
     by coming first) to its end through the API, and what the model wrote comes back."""

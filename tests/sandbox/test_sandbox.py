@@ -331,8 +331,9 @@ def test_the_agent_stops_looking_without_sleeping_once_commands_take_longer(sb: 
     sb.container.reload()
     agent = str(sb.container.attrs["State"]["Pid"])
     sb.execute("sleep 0.002")  # the last command was not quick: the next one is waited for asleep
-    trace = subprocess.Popen(["strace", "-qq", "-c", "-e", "trace=sched_yield", "-p", agent],
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    trace = subprocess.Popen(
+        ["strace", "-qq", "-c", "-e", "trace=sched_yield", "-p", agent], stderr=subprocess.PIPE, text=True
+    )
     try:
         time.sleep(0.5)
         assert trace.poll() is None, trace.communicate()[1]  # attached, and tracing

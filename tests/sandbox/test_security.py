@@ -30,8 +30,17 @@ from sandshell_agent import PROTOCOL_VERSION
 pytestmark = [pytest.mark.docker]
 
 # Capability bit numbers (linux/capability.h) of what `standard` keeps.
-CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
-            "SETPCAP": 8, "NET_BIND_SERVICE": 10}  # fmt: skip
+CAP_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+    "SETPCAP": 8,
+    "NET_BIND_SERVICE": 10,
+}
 
 
 def cap_eff(sb: Sandbox) -> int:
@@ -202,15 +211,18 @@ def test_copy_mode_never_follows_a_symlink_out_of_the_workspace(workspace: Path,
 
 
 def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path, tmp_path: Path) -> None:
-    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
-                                                      sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    s = config.load(env_file=None, environ={}).replace(
+        workspace=str(workspace), intro=False, sessions_dir=str(tmp_path / "sessions")
+    )
     steps = [
-        {"bash": "head -c 100M /dev/zero | tr '\\0' a > /app/system.md; printf 'a\\0b' > /app/goal; "
-                 "mkdir /app/config.json"},
+        {
+            "bash": "head -c 100M /dev/zero | tr '\\0' a > /app/system.md; printf 'a\\0b' > /app/goal; "
+            "mkdir /app/config.json"
+        },
         {"bash": "rm -rf /app/config.json /app/goal; ln -s /etc/shadow /app/config.json; echo '{' > /app/x"},
         {"bash": "rm /app/config.json; echo '{\"temperature\": 9}' > /app/config.json"},
         {"done": "survived"},
-    ]  # fmt: skip
+    ]
     import json
 
     backend = ScriptBackend([json.dumps(x) for x in steps])
@@ -234,8 +246,9 @@ def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path,
 
 def test_a_lasting_problem_is_told_once(workspace: Path, tmp_path: Path) -> None:
     (workspace / "goal").write_bytes(b"a\0b")
-    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
-                                                      sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    s = config.load(env_file=None, environ={}).replace(
+        workspace=str(workspace), intro=False, sessions_dir=str(tmp_path / "sessions")
+    )
     backend = ScriptBackend(['{"bash": "echo 1"}', '{"bash": "echo 2"}', '{"bash": "echo 3"}', '{"done": "x"}'])
     with open_session(SessionSpec(s, backend=backend, control=Control())) as session:
         assert session.run().status == "done"
@@ -244,8 +257,9 @@ def test_a_lasting_problem_is_told_once(workspace: Path, tmp_path: Path) -> None
 
 
 def test_the_model_cannot_lift_limits_through_config(workspace: Path, tmp_path: Path) -> None:
-    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False,
-                                                      sessions_dir=str(tmp_path / "sessions"))  # fmt: skip
+    s = config.load(env_file=None, environ={}).replace(
+        workspace=str(workspace), intro=False, sessions_dir=str(tmp_path / "sessions")
+    )
     (workspace / "config.json").write_text('{"n_ctx": 100000, "grammar": "", "exit_timeout": 9999}')
     out = run_task("t", 60, 2, settings=s, backend=ScriptBackend(['{"done": "ok"}']))
     assert out["status"] == "done"
@@ -284,14 +298,21 @@ def test_two_sessions_at_once_share_nothing(tmp_path: Path) -> None:
     def one(name: str, other: str) -> None:
         ws = tmp_path / name
         ws.mkdir()
-        s = config.load(env_file=None, environ={}).replace(workspace=str(ws), intro=False,
-                                                          sessions_dir=str(tmp_path / f"{name}-sessions"))  # fmt: skip
-        script = InStep([
-            json.dumps({"bash": f"echo {name} > /app/who; (exec -a marker-{name} sleep 60 &)"}),
-            json.dumps({"bash": f"cat /app/who; ls /app; ps -eo args | grep -c '^marker-{other}'; "
-                                f"ps -eo args | grep -c '^marker-{name}'"}),
-            '{"done": "ok"}',
-        ])  # fmt: skip
+        s = config.load(env_file=None, environ={}).replace(
+            workspace=str(ws), intro=False, sessions_dir=str(tmp_path / f"{name}-sessions")
+        )
+        script = InStep(
+            [
+                json.dumps({"bash": f"echo {name} > /app/who; (exec -a marker-{name} sleep 60 &)"}),
+                json.dumps(
+                    {
+                        "bash": f"cat /app/who; ls /app; ps -eo args | grep -c '^marker-{other}'; "
+                        f"ps -eo args | grep -c '^marker-{name}'"
+                    }
+                ),
+                '{"done": "ok"}',
+            ]
+        )
         results[name] = run_task(name, 90, 5, settings=s, backend=script)
 
     threads = [threading.Thread(target=one, args=pair) for pair in (("alpha", "beta"), ("beta", "alpha"))]

@@ -29,8 +29,14 @@ def test_without_the_token_every_route_but_health_is_401(server: Server) -> None
     bare = httpx.Client(base_url=server.url)
     bad_cookie = httpx.Client(base_url=server.url, cookies={"sandshell_token": "nope"})
     assert bare.get("/v1/health").json() == {"status": "ok"}  # nothing about the model or the tasks
-    routes = [("GET", "/v1/tasks"), ("POST", "/v1/tasks"), ("GET", "/v1/tasks/x/events"), ("GET", "/v1/chat/x/events"),
-              ("POST", "/v1/chat"), ("POST", "/v1/tasks/x/cancel")]  # fmt: skip
+    routes = [
+        ("GET", "/v1/tasks"),
+        ("POST", "/v1/tasks"),
+        ("GET", "/v1/tasks/x/events"),
+        ("GET", "/v1/chat/x/events"),
+        ("POST", "/v1/chat"),
+        ("POST", "/v1/tasks/x/cancel"),
+    ]
     for method, path in routes:
         assert bare.request(method, path).status_code == 401, path
         wrong = {"Authorization": "Bearer " + TOKEN[:-1] + "x"}

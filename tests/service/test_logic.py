@@ -128,8 +128,11 @@ def test_openai_sessions_keep_their_own_slot_least_used_first() -> None:
 def test_validation_errors_read_as_one_sentence() -> None:
     text = one_sentence([{"loc": ("body", "max_steps"), "msg": "Input should be greater than or equal to 1"}])
     assert text == "bad request: max_steps: Input should be greater than or equal to 1; see /docs"
-    for odd in ({"type": "json_invalid"}, {"type": "json_invalid", "loc": None, "ctx": "x"},
-                {"type": "json_invalid", "loc": ("body", "field")}):  # fmt: skip
+    for odd in (
+        {"type": "json_invalid"},
+        {"type": "json_invalid", "loc": None, "ctx": "x"},
+        {"type": "json_invalid", "loc": ("body", "field")},
+    ):
         assert one_sentence([odd]) == "the request body is not valid JSON (malformed); see /docs"
     located = {"type": "json_invalid", "loc": ("body", 7), "ctx": {"error": "Expecting value"}}
     assert one_sentence([located]) == "the request body is not valid JSON (at character 7: Expecting value); see /docs"

@@ -120,8 +120,14 @@ def test_a_second_server_on_the_same_port_or_folder_is_refused_and_touches_nothi
             (first.port, f"port {first.port} on 127.0.0.1 is in use"),
             (free_port(), "another sandshell server"),
         ):
-            second = subprocess.run([sys.executable, "-m", "sandshell.cli", "serve", "--port", str(port)], cwd=tmp_path,
-                                    env=first.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+            second = subprocess.run(
+                [sys.executable, "-m", "sandshell.cli", "serve", "--port", str(port)],
+                cwd=tmp_path,
+                env=first.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             out = second.stdout + second.stderr
             assert second.returncode != 0 and said in out and "Traceback" not in out, out
             assert len(out.strip().splitlines()) == 1, out

@@ -44,8 +44,14 @@ def _generations(events: list[tuple[float, str]]) -> list[dict[str, float]]:
 
 
 def test_three_tasks_share_one_model_taking_turns_in_the_order_they_ask(tmp_path: Path) -> None:
-    server = Server(tmp_path, LLAMA_BACKEND="llama", LLAMA_MAX_TOKENS="64", LLAMA_SEED="7", LLAMA_EXIT_TIMEOUT="5",
-                    SANDSHELL_MAX_SESSIONS="3")  # fmt: skip
+    server = Server(
+        tmp_path,
+        LLAMA_BACKEND="llama",
+        LLAMA_MAX_TOKENS="64",
+        LLAMA_SEED="7",
+        LLAMA_EXIT_TIMEOUT="5",
+        SANDSHELL_MAX_SESSIONS="3",
+    )
     try:
         assert "SmolLM2" in server.http.get("/v1/health").json()["backend"]
         goals = ("Print the date", "Count files in /etc", "Show the kernel version")

@@ -24,8 +24,17 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def chromium(profile: Path, url: str, *args: str) -> str:
     """Chromium's output for `url`; each profile folder is a browser of its own (its own cookies)."""
     assert CHROMIUM, "chromium is not installed; ./scripts/setup.sh installs it"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000",
-           f"--user-data-dir={profile}", "--window-size=1400,900", *args, url]  # fmt: skip
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--virtual-time-budget=3000",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,900",
+        *args,
+        url,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": "/tmp"})
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout

@@ -39,8 +39,13 @@ class Seeing(ScriptBackend):
 
 @pytest.fixture
 def s(workspace: Path, tmp_path: Path) -> Settings:
-    return _base_settings(workspace=str(workspace), sessions_dir=str(tmp_path / "sessions"), exit_timeout=5.0,
-                          intro=False, profile="locked")  # fmt: skip
+    return _base_settings(
+        workspace=str(workspace),
+        sessions_dir=str(tmp_path / "sessions"),
+        exit_timeout=5.0,
+        intro=False,
+        profile="locked",
+    )
 
 
 def run(s: Settings, backend: Seeing, goal: str = "make /app/x") -> tuple[Any, list[events.Event]]:
@@ -84,9 +89,12 @@ def test_intro_as_observation_is_not_the_models_own_move(s: Settings) -> None:
 def test_best_of_n_keeps_the_answer_the_checker_likes(s: Settings) -> None:
     script = [
         {"bash": "false"},  # turn 1: nothing known against it: the first sample is taken
-        {"bash": "false"}, {"bash": "echo 'unclosed"}, {"read": "/app/nowhere.txt"}, {"bash": "echo fixed"},  # turn 2
+        {"bash": "false"},
+        {"bash": "echo 'unclosed"},
+        {"read": "/app/nowhere.txt"},
+        {"bash": "echo fixed"},  # turn 2
         {"done": "ok"},  # turn 3
-    ]  # fmt: skip
+    ]
     outcome, seen = run(s.replace(best_of=4), Seeing(*script))
     assert ran(seen) == ["false", "echo fixed", "ok"] and outcome.status == "done"
     outcome, seen = run(s.replace(best_of=1), Seeing(*script))

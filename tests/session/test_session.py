@@ -74,8 +74,14 @@ def test_failed_command_shows_exit_code_and_error_to_the_model(s: Settings) -> N
 
 
 def test_bad_reads_and_writes_are_told_to_the_model_and_the_session_goes_on(s: Settings) -> None:
-    steps = [{"read": "/app/nope"}, {"read": "/app/" + "x" * 5000}, {"read": "/etc"},
-             {"write": "/proc/x", "content": "x"}, {"read": "/app/a\x00b"}, {"done": "still here"}]  # fmt: skip
+    steps = [
+        {"read": "/app/nope"},
+        {"read": "/app/" + "x" * 5000},
+        {"read": "/etc"},
+        {"write": "/proc/x", "content": "x"},
+        {"read": "/app/a\x00b"},
+        {"done": "still here"},
+    ]
     outcome, _, context, _ = run(s, script(*steps))
     assert outcome.status == "done" and outcome.result == "still here"
     seen = "\n".join(t.observation() for t in context.turns)
@@ -102,12 +108,15 @@ def test_garbage_answers_stop_the_session_as_stuck(s: Settings) -> None:
 
 
 def test_model_config_changes_are_recorded_and_bad_ones_reported(s: Settings) -> None:
-    outcome, sink, context, _ = run(s, script(
-        {"write": "/app/config.json", "content": '{"temperature": 0.2}'},
-        {"write": "/app/config.json", "content": '{"n_ctx": 99999}'},
-        {"bash": "true"},
-        {"done": "ok"},
-    ))  # fmt: skip
+    outcome, sink, context, _ = run(
+        s,
+        script(
+            {"write": "/app/config.json", "content": '{"temperature": 0.2}'},
+            {"write": "/app/config.json", "content": '{"n_ctx": 99999}'},
+            {"bash": "true"},
+            {"done": "ok"},
+        ),
+    )
     changes = sink.of(events.ConfigChanged)
     assert changes and changes[0].after == {"temperature": 0.2}
     assert any("n_ctx cannot be changed" in n for n in context.turns[1].notes)
@@ -172,8 +181,9 @@ def test_the_cast_plays_in_asciinema_and_v3_is_an_option(s: Settings) -> None:
     _, _, _, folder = run(s, script(*answers))
     player = str(Path(sys.executable).parent / "asciinema")
     start = time.monotonic()
-    child = pexpect.spawn(player, ["play", str(folder / "session.cast")], encoding="utf-8", timeout=60,
-                          dimensions=(36, 120))  # fmt: skip
+    child = pexpect.spawn(
+        player, ["play", str(folder / "session.cast")], encoding="utf-8", timeout=60, dimensions=(36, 120)
+    )
     child.expect("first-command")
     child.expect("after-a-wait")
     child.expect(pexpect.EOF)
@@ -190,8 +200,9 @@ def test_the_cast_plays_in_asciinema_and_v3_is_an_option(s: Settings) -> None:
 
 
 def test_run_task_returns_status_result_error_log(s: Settings, tmp_path: Path) -> None:
-    out = run_task("say hi", timeout=60, max_iterations=5, settings=s,
-                   backend=script({"bash": "echo hi"}, {"done": "said hi"}))  # fmt: skip
+    out = run_task(
+        "say hi", timeout=60, max_iterations=5, settings=s, backend=script({"bash": "echo hi"}, {"done": "said hi"})
+    )
     assert set(out) == KEYS
     assert out["turns"] == 2 and out["tokens_out"] > 0 and out["seconds"] > 0
     assert Path(str(out["session"]), "events.jsonl").exists()
@@ -201,8 +212,14 @@ def test_run_task_returns_status_result_error_log(s: Settings, tmp_path: Path) -
 
 def test_run_task_on_a_read_only_workspace(s: Settings, workspace: Path) -> None:
     (workspace / "data.txt").write_text("keep")
-    out = run_task("t", timeout=60, max_iterations=5, settings=s, read_only=True,
-                   backend=script({"bash": "echo gone > /app/data.txt"}, {"done": "tried"}))  # fmt: skip
+    out = run_task(
+        "t",
+        timeout=60,
+        max_iterations=5,
+        settings=s,
+        read_only=True,
+        backend=script({"bash": "echo gone > /app/data.txt"}, {"done": "tried"}),
+    )
     assert out["status"] == "done" and (workspace / "data.txt").read_text() == "keep"
     assert any("Read-only file system" in line for line in out["log"])
 
@@ -216,15 +233,27 @@ def test_headless_cli_prints_json_and_exit_status(s: Settings, tmp_path: Path) -
     result = json.loads(proc.stdout)
     assert proc.returncode == 0 and result["status"] == "done" and result["result"] == "it is Linux"
     assert "Linux" in proc.stderr  # progress lines go to stderr
-    failing = subprocess.run([*cmd[:-2], "--max-steps", "1", "--script", str(actions_file)], capture_output=True,
-                             text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    failing = subprocess.run(
+        [*cmd[:-2], "--max-steps", "1", "--script", str(actions_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert failing.returncode == 1 and json.loads(failing.stdout)["status"] == "max_steps"
 
 
 def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
     env = {"LLAMA_EXIT_TIMEOUT": "soon", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x"], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "LLAMA_EXIT_TIMEOUT='soon' is not a valid float" in proc.stderr
     result = json.loads(proc.stdout)  # a script reading stdout still gets its JSON
@@ -271,10 +300,20 @@ def test_a_long_pause_is_one_event_not_a_stream(s: Settings) -> None:
 def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None:
     _, _, _, folder = run(s, script({"bash": "echo again > /app/marker"}, {"done": "rerun me"}))
     (Path(s.workspace) / "marker").unlink()
-    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
-           "LLAMA_INTRO": "false"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    env = {
+        "SANDSHELL_WORKSPACE": s.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "PATH": "/usr/bin:/bin",
+        "LLAMA_INTRO": "false",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["result"] == "rerun me"
     assert (Path(s.workspace) / "marker").read_text() == "again\n"
@@ -296,8 +335,12 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
                 else:
                     control.decide(Decision("reject", reason="not that"))
 
-    steps = [{"bash": "echo first >> /app/log"}, {"bash": "echo second >> /app/log"},
-             {"bash": "echo rejected >> /app/log; touch /app/must-not-exist"}, {"done": "ok"}]  # fmt: skip
+    steps = [
+        {"bash": "echo first >> /app/log"},
+        {"bash": "echo second >> /app/log"},
+        {"bash": "echo rejected >> /app/log; touch /app/must-not-exist"},
+        {"done": "ok"},
+    ]
     with open_session(SessionSpec(s, backend=script(*steps), sinks=[User()], control=control)) as session:
         assert session.run().status == "done"
         folder = session.folder
@@ -305,10 +348,20 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
     first = log.read_text()
     assert first == "first\nmine\nedited\n" and not (Path(s.workspace) / "must-not-exist").exists()
     log.unlink()
-    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
-           "LLAMA_INTRO": "false"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    env = {
+        "SANDSHELL_WORKSPACE": s.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "PATH": "/usr/bin:/bin",
+        "LLAMA_INTRO": "false",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     out = json.loads(proc.stdout)
     assert out["status"] == "done", out
     assert log.read_text() == first  # the same commands, the user's among them, in the same order
@@ -319,8 +372,13 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
 
 @pytest.mark.model
 def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> None:
-    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
-           "LLAMA_SEED": "3", "LLAMA_MAX_TOKENS": "128"}  # fmt: skip
+    env = {
+        "SANDSHELL_WORKSPACE": s.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "PATH": "/usr/bin:/bin",
+        "LLAMA_SEED": "3",
+        "LLAMA_MAX_TOKENS": "128",
+    }
     cmd = [
         sys.executable,
         "-m",
@@ -412,8 +470,15 @@ def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args
     folder.mkdir()
     (folder / "events.jsonl").write_text('{"t": 0.0, "type": "Notice", "text": "hello"}\n')
     argv = [str(tmp_path / "missing") if a == "MISSING" else str(folder) if a == "FOLDER" else a for a in args]
-    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", *argv], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin"}, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", *argv],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=REPO,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
@@ -424,22 +489,45 @@ def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: 
     env = {"PATH": "/usr/bin:/bin", "SANDSHELL_HOME": str(tmp_path)}
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
-    for extra, said in ((["--model", "/nope/m.gguf"], "/nope/m.gguf does not exist"),
-                        (["--backend", "script", "--script", str(a_file), "--workspace", str(a_file)],
-                         f"the workspace {a_file} is not a folder")):  # fmt: skip
-        proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x", *extra],
-                              capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    for extra, said in (
+        (["--model", "/nope/m.gguf"], "/nope/m.gguf does not exist"),
+        (
+            ["--backend", "script", "--script", str(a_file), "--workspace", str(a_file)],
+            f"the workspace {a_file} is not a folder",
+        ),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x", *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
         assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
         assert said in json.loads(proc.stdout)["error"]
-    typo = subprocess.run([sys.executable, "-m", "sandshell.cli", "--headles", "--goal", "x"], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
+    typo = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--headles", "--goal", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert typo.returncode == 2 and "unrecognized arguments: --headles" in typo.stderr
     for argv, said in ((["--headless", "eval"], "eval comes first"), (["replay", "--spe", "2", "x"], "--spe")):
-        wrong = subprocess.run([sys.executable, "-m", "sandshell.cli", *argv], capture_output=True, text=True, env=env,
-                               cwd=REPO, timeout=60)  # fmt: skip
+        wrong = subprocess.run(
+            [sys.executable, "-m", "sandshell.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=60,
+        )
         assert wrong.returncode == 2 and said in wrong.stderr and not wrong.stdout, wrong.stderr
-    helped = subprocess.run([sys.executable, "-m", "sandshell.cli", "--help"], capture_output=True, text=True,
-                            env=env, cwd=REPO, timeout=60)  # fmt: skip
+    helped = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60
+    )
     assert helped.returncode == 0 and "eval" in helped.stdout
 
 

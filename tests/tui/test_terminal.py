@@ -151,9 +151,13 @@ def test_sigterm_ends_a_headless_run_with_its_json(tmp_path: Path, workspace: Pa
     actions = script(tmp_path, *WAITING)
     proc = subprocess.Popen(
         ["./start.sh", "--headless", "--backend", "script", "--script", actions, "--goal", "wait"],
-        cwd=REPO, env=env_for(tmp_path, workspace, LLAMA_INTRO="false"),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env_for(tmp_path, workspace, LLAMA_INTRO="false"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while "waiting" not in _events_text(tmp_path) and time.monotonic() < deadline:

@@ -28,9 +28,13 @@ def settings_for(workspace: Path, tmp_path: Path, *answers: object, **changes: o
     script = tmp_path / "script.jsonl"
     script.write_text("".join(json.dumps(a) + "\n" for a in answers))
     base = config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace), sessions_dir=str(tmp_path / "sessions"), backend="script",
-        script_path=str(script), intro=False, exit_timeout=5.0,
-    )  # fmt: skip
+        workspace=str(workspace),
+        sessions_dir=str(tmp_path / "sessions"),
+        backend="script",
+        script_path=str(script),
+        intro=False,
+        exit_timeout=5.0,
+    )
     return base.replace(**changes)
 
 
@@ -47,8 +51,13 @@ async def wait_for(pilot: object, condition: Callable[[], bool], seconds: float 
 
 async def test_session_streams_into_the_panes_and_ends(workspace: Path, tmp_path: Path) -> None:
     (workspace / "goal").write_text("count files")
-    s = settings_for(workspace, tmp_path, {"comment": "look", "bash": "echo out; echo err >&2; exit 3"},
-                     {"write": "/app/config.json", "content": '{"temperature": 0.1}'}, {"done": "counted"})  # fmt: skip
+    s = settings_for(
+        workspace,
+        tmp_path,
+        {"comment": "look", "bash": "echo out; echo err >&2; exit 3"},
+        {"write": "/app/config.json", "content": '{"temperature": 0.1}'},
+        {"done": "counted"},
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.ended is not None)
@@ -86,8 +95,15 @@ async def test_pause_step_resume(workspace: Path, tmp_path: Path) -> None:
 
 
 async def test_approval_approve_edit_and_reject_with_reason(workspace: Path, tmp_path: Path) -> None:
-    s = settings_for(workspace, tmp_path, {"bash": "echo first"}, {"bash": "echo second"}, {"bash": "rm -rf /app"},
-                     {"done": "x"}, approval=True)  # fmt: skip
+    s = settings_for(
+        workspace,
+        tmp_path,
+        {"bash": "echo first"},
+        {"bash": "echo second"},
+        {"bash": "rm -rf /app"},
+        {"done": "x"},
+        approval=True,
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("y")  # nothing is waiting yet: this must not approve the first action unseen
@@ -114,8 +130,9 @@ async def test_approval_approve_edit_and_reject_with_reason(workspace: Path, tmp
 async def test_edit_changes_a_reads_path_and_a_writes_content(workspace: Path, tmp_path: Path) -> None:
     (workspace / "a").write_text("from a\n")
     (workspace / "b").write_text("from b\n")
-    s = settings_for(workspace, tmp_path, {"read": "/app/a"}, {"write": "/app/c", "content": "old"}, {"done": "x"},
-                     approval=True)  # fmt: skip
+    s = settings_for(
+        workspace, tmp_path, {"read": "/app/a"}, {"write": "/app/c", "content": "old"}, {"done": "x"}, approval=True
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         box = app.query_one("#ask")
@@ -228,8 +245,9 @@ async def test_the_log_follows_while_the_pane_shrinks_and_waits_when_scrolled_up
     workspace: Path, tmp_path: Path
 ) -> None:
     """Following survives a smaller pane; scrolled up, a marker says output waits; End returns to the end."""
-    s = settings_for(workspace, tmp_path, {"bash": "seq 1 300"}, {"bash": "seq 1000 1300"}, {"done": "ok"},
-                     approval=True)  # fmt: skip
+    s = settings_for(
+        workspace, tmp_path, {"bash": "seq 1 300"}, {"bash": "seq 1000 1300"}, {"done": "ok"}, approval=True
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         log = app.query_one(ShellLog)
@@ -255,8 +273,14 @@ async def test_the_log_follows_while_the_pane_shrinks_and_waits_when_scrolled_up
 async def test_the_approval_bar_shows_the_whole_action(workspace: Path, tmp_path: Path) -> None:
     long_command = "echo " + "a" * 3000 + " END-OF-COMMAND"
     content = "".join(f"line {i}\n" for i in range(200)) + "LAST LINE"
-    s = settings_for(workspace, tmp_path, {"bash": long_command}, {"write": "/app/notes.md", "content": content},
-                     {"done": "ok"}, approval=True)  # fmt: skip
+    s = settings_for(
+        workspace,
+        tmp_path,
+        {"bash": long_command},
+        {"write": "/app/notes.md", "content": content},
+        {"done": "ok"},
+        approval=True,
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.pending is not None)
@@ -282,8 +306,15 @@ def shown_keys(app: SandshellApp) -> set[str]:
 
 
 async def test_every_key_in_every_state(workspace: Path, tmp_path: Path) -> None:
-    s = settings_for(workspace, tmp_path, {"bash": "echo one"}, {"bash": "sleep 1"}, {"bash": "sleep 1.1"},
-                     {"done": "x"}, approval=True)  # fmt: skip
+    s = settings_for(
+        workspace,
+        tmp_path,
+        {"bash": "echo one"},
+        {"bash": "sleep 1"},
+        {"bash": "sleep 1.1"},
+        {"done": "x"},
+        approval=True,
+    )
     app = live_app(s)
     steering = {"pause", "approval", "hint", "take_over"}
     async with app.run_test(size=SIZE) as pilot:
@@ -360,9 +391,14 @@ async def test_w_copies_the_workspace_back_while_the_session_runs(workspace: Pat
     """With the workspace travelling as a copy (an engine elsewhere), `w` brings /app back now; the
     key is hidden when the folder is mounted."""
     # distinct commands: a repeated one would end the session as stuck, and the end copies back too
-    s = settings_for(workspace, tmp_path, {"bash": "echo made > /app/made.txt"},
-                     *[{"bash": f"sleep 0.2 # {i}"} for i in range(200)],
-                     workspace_transfer="archive", sync_seconds=0.0)  # fmt: skip
+    s = settings_for(
+        workspace,
+        tmp_path,
+        {"bash": "echo made > /app/made.txt"},
+        *[{"bash": f"sleep 0.2 # {i}"} for i in range(200)],
+        workspace_transfer="archive",
+        sync_seconds=0.0,
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "echo made" in log_text(app) and app.check_action("sync", ()) is True)

@@ -26,7 +26,7 @@ from sandshell.sandbox.protocol import FileContent, ModelState
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
 from sandshell.session.outcome import Outcome, outcome_of
-from sandshell.session.world import Reading, World
+from sandshell.session.world import ModelWorld, WorldView
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ empty, so use non-interactive flags. Long output is cut to its head and tail. If
 fails, read its error and try another way."""
 
 
-class BotWorld(World):
+class BotWorld(ModelWorld):
     """The bot's world: its own system prompt; the mounted folder's system.md and config.json are the
     user's files, not the model's notes and settings, so they are not read as such."""
 
@@ -63,7 +63,7 @@ class BotWorld(World):
         super().__init__(settings, goal)
         self.fixed_system = prompt
 
-    def read(self, state: ModelState) -> Reading:
+    def read(self, state: ModelState) -> WorldView:
         missing = FileContent("", None, error="missing")
         return super().read(dataclasses.replace(state, system=missing, config=missing))
 
@@ -162,8 +162,9 @@ class Bot:
         self, s: Settings, sandbox: Sandbox, llm: LLM, task: str, tools: Sequence[ToolDefinition], lines: LineLog
     ) -> Outcome:
         world = BotWorld(s, task, self.system_prompt(tools))
-        spec = SessionSpec(s, task, llm.backend, [lines], Control(), world, sandbox=sandbox,
-                           title=f"sandshell bot {self.name}")  # fmt: skip
+        spec = SessionSpec(
+            s, task, llm.backend, [lines], Control(), world, sandbox=sandbox, title=f"sandshell bot {self.name}"
+        )
         outcome = run_session(spec)
         if outcome.recording:
             lines.lines.insert(0, f"recording: {outcome.recording}")

@@ -15,7 +15,7 @@ from sandshell.errors import SandshellError
 from sandshell.eval import report
 from sandshell.eval.run import TaskResult, Variant, run_suite
 from sandshell.eval.task import TaskError, load_tasks, select
-from sandshell.inert import inert, say
+from sandshell.safe_text import say, visible
 
 BAR = 30
 
@@ -30,10 +30,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--level", action="append", help="only tasks of this level (repeatable)")
     p.add_argument("--tag", action="append", help="only tasks with this tag (repeatable)")
     p.add_argument(
-        "--variant", action="append", metavar="LABEL[:NAME=VALUE,...]",
+        "--variant",
+        action="append",
+        metavar="LABEL[:NAME=VALUE,...]",
         help="a labelled set of settings (as in .env) to run every task with; repeat to measure settings "
         "on and off in the same run, e.g. --variant off --variant fewshot:LLAMA_FEW_SHOT=true",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--time-scale", type=float, default=1.0, help="multiply every task's time limit (a loaded machine: 2 or more)"
     )
@@ -74,7 +76,7 @@ class Progress:
 
     def __call__(self, result: TaskResult, done: int, total: int) -> None:
         self.passed += result.passed
-        line = inert(report.result_line(result.to_json()))
+        line = visible(report.result_line(result.to_json()))
         filled = BAR * done // total
         took = time.monotonic() - self.started
         bar = f"[{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} passed {self.passed} · {took:.0f}s"
@@ -100,11 +102,15 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     say(f"{len(tasks)} tasks × {len(vs)} variant(s) × {args.repeat}; recordings in {out}/sessions")
     meta: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv[1:], "cpus": os.cpu_count(),
-        "load_before": [round(x, 2) for x in os.getloadavg()], "parallel": args.parallel, "repeat": args.repeat,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "argv": sys.argv[1:],
+        "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "parallel": args.parallel,
+        "repeat": args.repeat,
         "time_scale": args.time_scale,
         "variants": {v.label: _described(v) for v in vs},
-    }  # fmt: skip
+    }
     results = run_suite(tasks, vs, out, args.parallel, args.repeat, on_result=Progress())
     sys.stderr.write("\n")
     meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -113,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=True) + "\n", encoding="utf-8")
     for r in doc["results"]:
-        print(inert(report.result_line(r) + (f"  [{r['session']}]" if not r["passed"] and r["session"] else "")))
+        print(visible(report.result_line(r) + (f"  [{r['session']}]" if not r["passed"] and r["session"] else "")))
     print()
     print(report.table(doc["summary"]))
     say(f"results in {path}; replay a task with ./start.sh replay <its recording>")

@@ -92,9 +92,13 @@ def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, re
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sandshell-eval-") as empty:
         s = variant.settings.replace(
-            workspace=empty, workspace_mode="copy", sessions_dir=str(out / "sessions"), approval=False,
-            max_steps=task.step_limit, max_seconds=task.time_limit,
-        )  # fmt: skip
+            workspace=empty,
+            workspace_mode="copy",
+            sessions_dir=str(out / "sessions"),
+            approval=False,
+            max_steps=task.step_limit,
+            max_seconds=task.time_limit,
+        )
         control = Control()
         # The session checks its time limit between turns; a turn that runs on is stopped here.
         hard = threading.Timer(task.time_limit + HARD_GRACE, control.quit)

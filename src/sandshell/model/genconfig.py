@@ -61,7 +61,7 @@ STARTER = {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "repeat_penalty": 1.1
 
 
 @dataclass
-class Outcome:
+class ConfigRead:
     """The result of reading config.json this turn."""
 
     params: dict[str, Any]
@@ -77,19 +77,19 @@ class ModelConfig:
         self.good: dict[str, Any] = {}
         self.last_text: str | None = None
 
-    def update(self, text: str | None, read_error: str | None = None) -> Outcome:
+    def update(self, text: str | None, read_error: str | None = None) -> ConfigRead:
         if read_error and read_error != "missing":
-            return Outcome(dict(self.good), [f"/app/config.json: {read_error}; keeping the last good settings"])
+            return ConfigRead(dict(self.good), [f"/app/config.json: {read_error}; keeping the last good settings"])
         if text is None or text == self.last_text:
-            return Outcome(dict(self.good))
+            return ConfigRead(dict(self.good))
         self.last_text = text
         params, problems = self.validate(text)
         if problems:
-            return Outcome(
+            return ConfigRead(
                 dict(self.good), [f"/app/config.json: {p}" for p in problems] + ["keeping the last good settings"]
             )
         before, self.good = self.good, params
-        return Outcome(dict(params), change=(before, params) if before != params else None)
+        return ConfigRead(dict(params), change=(before, params) if before != params else None)
 
     def validate(self, text: str) -> tuple[dict[str, Any], list[str]]:
         try:

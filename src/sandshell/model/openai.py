@@ -90,8 +90,12 @@ class OpenAIBackend:
         return int((sum(len(m["content"]) for m in messages) / 3.2 + 6 * len(messages)) * self.scale)
 
     def _body(self, messages: list[Message], params: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.settings.openai_model, "messages": sendable(messages), "stream": True,
-                                **params}  # fmt: skip
+        body: dict[str, Any] = {
+            "model": self.settings.openai_model,
+            "messages": sendable(messages),
+            "stream": True,
+            **params,
+        }
         mode = MODES[self.mode_index]
         if mode == "grammar":
             body["grammar"] = actions.GRAMMAR

@@ -21,9 +21,20 @@ from llama_cpp._internals import LlamaTokenDataArray
 
 # The sampling parameters this path understands; anything else falls back to llama-cpp-python.
 SUPPORTED = {
-    "max_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "mirostat_mode", "mirostat_tau", "mirostat_eta", "seed",
-}  # fmt: skip
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "mirostat_mode",
+    "mirostat_tau",
+    "mirostat_eta",
+    "seed",
+}
 PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size: the tokens the repeat penalty looks back on
 
 
@@ -48,13 +59,18 @@ class GrammarSampler:
         if "seed" in params:
             self.llm.set_seed(int(params["seed"]))
         return self.llm._init_sampler(
-            top_k=params.get("top_k", 40), top_p=params.get("top_p", 0.95), min_p=params.get("min_p", 0.05),
-            typical_p=params.get("typical_p", 1.0), temp=params.get("temperature", 0.8),
+            top_k=params.get("top_k", 40),
+            top_p=params.get("top_p", 0.95),
+            min_p=params.get("min_p", 0.05),
+            typical_p=params.get("typical_p", 1.0),
+            temp=params.get("temperature", 0.8),
             repeat_penalty=params.get("repeat_penalty", 1.0),
             frequency_penalty=params.get("frequency_penalty", 0.0),
-            presence_penalty=params.get("presence_penalty", 0.0), mirostat_mode=params.get("mirostat_mode", 0),
-            mirostat_tau=params.get("mirostat_tau", 5.0), mirostat_eta=params.get("mirostat_eta", 0.1),
-        )  # fmt: skip
+            presence_penalty=params.get("presence_penalty", 0.0),
+            mirostat_mode=params.get("mirostat_mode", 0),
+            mirostat_tau=params.get("mirostat_tau", 5.0),
+            mirostat_eta=params.get("mirostat_eta", 0.1),
+        )
 
     def _allowed(self, grammar: Any, token: int) -> bool:
         self.cell[0] = C.llama_token_data(token, 0.0, 0.0)

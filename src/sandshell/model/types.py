@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sandshell.inert import for_model
+from sandshell.safe_text import for_model
 
 Message = dict[str, str]
 
 
 def sendable(messages: list[Message]) -> list[Message]:
-    """`messages` as a backend can encode them: lone surrogates written out (`inert.for_model`)."""
+    """`messages` as a backend can encode them: lone surrogates written out (`safe_text.for_model`)."""
     if all(m["content"].isascii() for m in messages):
         return messages
     return [{**m, "content": for_model(m["content"])} for m in messages]

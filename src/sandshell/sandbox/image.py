@@ -28,8 +28,24 @@ LOOP_SOURCE = "bashloop.c"  # in the agent's folder; compiled into the build con
 LABEL = "sandshell.image"
 # The agent's modules on a command's path, compiled with mypyc (chmods, sysfilter and the others are
 # started once, or run off the path in threads; mypyc also fails on their ctypes).
-NATIVE = ("channel", "command", "execstate", "files", "frames", "outbox", "pace", "poller", "procs", "runner", "server",
-          "settings", "shell", "status", "stdio", "watchdog")  # fmt: skip
+NATIVE = (
+    "channel",
+    "command",
+    "execstate",
+    "files",
+    "frames",
+    "outbox",
+    "pace",
+    "poller",
+    "procs",
+    "execution",
+    "server",
+    "settings",
+    "shell",
+    "status",
+    "stdio",
+    "watchdog",
+)
 NATIVE_GROUP = "native"  # their shared runtime: sandshell_agent/native__mypyc.*.so
 
 Log = Callable[[str], None]

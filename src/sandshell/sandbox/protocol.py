@@ -83,8 +83,12 @@ class Result:
         fields.update({k: f.get(k) is True for k in _FLAGS})
         fields.update({k: v for k in _TEXTS if type(v := f.get(k)) is str})
         fields.update({k: v for k in _NAMES if type(v := f.get(k)) is str and v})  # ("": the default)
-        fields.update(command=command, return_code=code if type(code) is int else None,
-                      output_bytes=number(f, "output_bytes", int), duration=number(f, "duration", float))  # fmt: skip
+        fields.update(
+            command=command,
+            return_code=code if type(code) is int else None,
+            output_bytes=number(f, "output_bytes", int),
+            duration=number(f, "duration", float),
+        )
         result = cls.__new__(cls)
         result.__dict__.update(fields)
         return result

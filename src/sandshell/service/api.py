@@ -150,8 +150,9 @@ def create_app(service: Service) -> FastAPI:
         if not service.conversations.known(conversation_id):
             raise HTTPException(404, f"no conversation {conversation_id!r}; POST /v1/chat starts one")
 
-    async def events(session_id: str, active: Callable[[], bool], resumed: str | None, after: int | None,
-                     view: str) -> AsyncIterator[ServerSentEvent]:  # fmt: skip
+    async def events(
+        session_id: str, active: Callable[[], bool], resumed: str | None, after: int | None, view: str
+    ) -> AsyncIterator[ServerSentEvent]:
         start = after if after is not None else int(resumed) if resumed and resumed.isdigit() else 0
         path = service.store.folder(session_id) / "events.jsonl"
         service.streams += 1
@@ -162,8 +163,11 @@ def create_app(service: Service) -> FastAPI:
         finally:
             service.streams -= 1
 
-    @app.get("/v1/tasks/{task_id}/events", response_class=EventSourceResponse,
-             dependencies=[*Auth, Depends(task_or_404), Depends(slot)])  # fmt: skip
+    @app.get(
+        "/v1/tasks/{task_id}/events",
+        response_class=EventSourceResponse,
+        dependencies=[*Auth, Depends(task_or_404), Depends(slot)],
+    )
     async def task_events(
         task_id: str, last_event_id: Resume = None, after: After = None, view: View = "exact"
     ) -> AsyncIterator[ServerSentEvent]:
@@ -171,15 +175,19 @@ def create_app(service: Service) -> FastAPI:
         async for e in events(task_id, lambda: service.manager.is_active(task_id), last_event_id, after, view):
             yield e
 
-    @app.get("/v1/chat/{conversation_id}/events", response_class=EventSourceResponse,
-             dependencies=[*Auth, Depends(conversation_or_404), Depends(slot)])  # fmt: skip
+    @app.get(
+        "/v1/chat/{conversation_id}/events",
+        response_class=EventSourceResponse,
+        dependencies=[*Auth, Depends(conversation_or_404), Depends(slot)],
+    )
     async def chat_events(
         conversation_id: str, last_event_id: Resume = None, after: After = None, view: View = "exact"
     ) -> AsyncIterator[ServerSentEvent]:
         """The conversation's events as Server-Sent Events (the types of the task stream), live while it is
         open; each one's id is its number in the recording. An ended conversation's stream is its recording."""
-        async for e in events(conversation_id, lambda: service.conversations.is_open(conversation_id),
-                              last_event_id, after, view):  # fmt: skip
+        async for e in events(
+            conversation_id, lambda: service.conversations.is_open(conversation_id), last_event_id, after, view
+        ):
             yield e
 
     @app.post("/v1/chat", dependencies=Auth)

@@ -19,7 +19,7 @@ from sandshell.sandbox import engine
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.service.models import Models
 from sandshell.service.store import ID, TASK_FILE, Store
-from sandshell.service.tasks import Busy, Wake
+from sandshell.service.tasks import Busy, StreamWaker
 from sandshell.session import events as ev
 from sandshell.session.control import Control
 from sandshell.session.events import Sink
@@ -76,8 +76,13 @@ class Collect:
         observation = "".join(self.observation)
         if self.size > OBSERVATION_CHARS:
             observation += f"\n[{self.size - OBSERVATION_CHARS:,} more characters not shown]"
-        return {"thought": "\n".join(self.thought), "code": "\n".join(self.code), "observation": observation,
-                "done": self.done, "error": self.error}  # fmt: skip
+        return {
+            "thought": "\n".join(self.thought),
+            "code": "\n".join(self.code),
+            "observation": observation,
+            "done": self.done,
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -101,13 +106,16 @@ class Conversations:
         self.open: dict[str, Conversation] = {}
         self._lock = threading.Lock()
 
-    def say(self, message: str, conversation_id: str | None, script: list[str] | None = None,
-            profile: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def say(
+        self, message: str, conversation_id: str | None, script: list[str] | None = None, profile: str | None = None
+    ) -> dict[str, Any]:
         """One turn; `profile` (checked by the caller) is the new conversation's, or must be the open one's."""
         convo = self._get(conversation_id) if conversation_id else self._start(script, profile)
         if profile is not None and convo.session.settings.profile != profile:
-            raise ProfileMismatch(f"conversation {convo.id!r} runs the {convo.session.settings.profile} profile; "
-                             "start a new conversation for another")  # fmt: skip
+            raise ProfileMismatch(
+                f"conversation {convo.id!r} runs the {convo.session.settings.profile} profile; "
+                "start a new conversation for another"
+            )
         if not convo.lock.acquire(blocking=False):
             raise Busy("this conversation is still answering its last message; wait for it")
         try:
@@ -145,15 +153,16 @@ class Conversations:
     def _open(self, conv_id: str, script: list[str] | None, profile: str) -> Conversation:
         folder = self.store.folder(conv_id)
         sessions = str(self.settings.path(self.settings.sessions_dir))
-        s = engine.least_loaded(self.settings).replace(workspace=str(folder / "workspace"), intro=False, approval=False,
-                                                       sessions_dir=sessions, profile=profile)  # fmt: skip
+        s = engine.least_loaded(self.settings).replace(
+            workspace=str(folder / "workspace"), intro=False, approval=False, sessions_dir=sessions, profile=profile
+        )
         init_workspace(s)
         control = Control()
         backend, slot = self.models.backend_for(script, cancelled=lambda: control.quitting)
         collect = Collect()
         stack = ExitStack()
         try:
-            sinks: list[Sink] = [collect, Wake(self.notify, conv_id)]
+            sinks: list[Sink] = [collect, StreamWaker(self.notify, conv_id)]
             spec = SessionSpec(s, "", backend, sinks, control, session_id=conv_id, log=lambda _m: None)
             session = stack.enter_context(open_session(spec))
             session.begin()

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from sandshell.config import Settings
-from sandshell.inert import say
+from sandshell.safe_text import say
 from sandshell.sandbox import engine
 from sandshell.service import profiles
 from sandshell.service.auth import load_token
@@ -53,6 +53,11 @@ class Service:
             self.conversations.reap()
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "backend": self.models.description, "profiles": list(profiles.offered(self.settings)),
-                **self.manager.counts(),
-                "conversations": self.conversations.count(), "generations": self.models.load()}  # fmt: skip
+        return {
+            "status": "ok",
+            "backend": self.models.description,
+            "profiles": list(profiles.offered(self.settings)),
+            **self.manager.counts(),
+            "conversations": self.conversations.count(),
+            "generations": self.models.load(),
+        }

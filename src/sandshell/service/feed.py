@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandshell.inert import json_line, shown
+from sandshell.safe_text import json_line, shown
 
 READ_CHUNK = 256 * 1024
 KEEPALIVE_SECONDS = 15.0

@@ -54,8 +54,13 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"detail": f"the request body is over {self.limit:,} bytes (SANDSHELL_API_BODY_LIMIT)"})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+            }
+        )
         await send({"type": "http.response.body", "body": body.encode()})
 
 

@@ -20,7 +20,7 @@ from typing import IO
 from sandshell import config
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
-from sandshell.inert import say
+from sandshell.safe_text import say
 from sandshell.service.auth import token_file
 
 
@@ -75,8 +75,10 @@ def listen(host: str, port: int) -> list[socket.socket]:
     except OSError as e:
         _close(socks)
         if e.errno == errno.EADDRINUSE:
-            raise SandshellError(f"port {port} on {host} is in use (another sandshell serve, or another program):"
-                                 " stop it, or pass --port") from None  # fmt: skip
+            raise SandshellError(
+                f"port {port} on {host} is in use (another sandshell serve, or another program):"
+                " stop it, or pass --port"
+            ) from None
         raise SandshellError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     return socks
 
@@ -103,8 +105,10 @@ def claim_sessions(folder: Path) -> IO[str]:
         lock.seek(0)
         holder = lock.read().strip() or "another process"
         lock.close()
-        raise SandshellError(f"another sandshell server ({holder}) serves the tasks in {folder}: stop it, or give"
-                             " this one its own folder with SANDSHELL_SESSIONS_DIR") from None  # fmt: skip
+        raise SandshellError(
+            f"another sandshell server ({holder}) serves the tasks in {folder}: stop it, or give"
+            " this one its own folder with SANDSHELL_SESSIONS_DIR"
+        ) from None
     lock.truncate(0)
     lock.write(f"pid {os.getpid()}\n")
     lock.flush()

@@ -35,7 +35,7 @@ class Busy(SandshellError):
 
 
 @dataclass
-class Wake:
+class StreamWaker:
     """A sink that tells the event streams of a task that its log grew."""
 
     notify: Callable[[str], None]
@@ -194,10 +194,17 @@ class TaskManager:
             line_log = LineLog(echo=False)
             with self._cond:
                 self.logs[record.id] = line_log.lines  # the live log, as GET /v1/tasks/{id} shows it
-            outcome = run_headless(record.goal, float(req.get("timeout", 300.0)), int(req.get("max_steps", 20)),
-                                   place(self.settings, record), backend=backend, control=control,
-                                   sinks=[line_log, Wake(self.notify, record.id)], session_id=record.id,
-                                   log=line_log.lines.append)  # fmt: skip
+            outcome = run_headless(
+                record.goal,
+                float(req.get("timeout", 300.0)),
+                int(req.get("max_steps", 20)),
+                place(self.settings, record),
+                backend=backend,
+                control=control,
+                sinks=[line_log, StreamWaker(self.notify, record.id)],
+                session_id=record.id,
+                log=line_log.lines.append,
+            )
         except Exception as e:  # a bug: the task still ends with a reason, the worker lives on
             outcome = outcome_of(e)
         finally:

@@ -125,8 +125,10 @@ class Coach:
         paths = list(dict.fromkeys(p for p in paths if p[1] and len(p[1]) < 512))[:16]
         if not paths:
             return 0
-        tests = [f"[ -e {q} ]" + (f' || [ -d "$(dirname {q})" ]' if folder else "") for folder, q in
-                 ((f, shlex.quote(p)) for f, p in paths)]  # fmt: skip
+        tests = [
+            f"[ -e {q} ]" + (f' || [ -d "$(dirname {q})" ]' if folder else "")
+            for folder, q in ((f, shlex.quote(p)) for f, p in paths)
+        ]
         probe = "; ".join(f"{{ {t}; }} && printf 1 || printf 0" for t in tests)
         try:
             result = self.sandbox.execute(probe, 5)

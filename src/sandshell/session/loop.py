@@ -23,7 +23,7 @@ from sandshell.session.coach import Coach
 from sandshell.session.control import Control
 from sandshell.session.outcome import Outcome, outcome_of
 from sandshell.session.types import SandboxLike, public_settings
-from sandshell.session.world import World
+from sandshell.session.world import ModelWorld
 
 OPENING_PROMPT = "0 root@sandbox:/app #"
 MAX_BAD_ANSWERS = 3  # answers in a row that did not parse before the session stops as stuck
@@ -93,7 +93,7 @@ class Session(Generic[S]):
         control: Control | None = None,
         session_id: str = "session",
         goal: str | None = None,
-        world: World | None = None,
+        world: ModelWorld | None = None,
         lifecycle: Lifecycle | None = None,
         folder: Path | None = None,
     ) -> None:
@@ -104,14 +104,19 @@ class Session(Generic[S]):
         self.control = control or Control(approval=settings.approval)
         self.session_id = session_id
         self.goal_override = goal
-        self.world = world or World(settings, goal)
+        self.world = world or ModelWorld(settings, goal)
         self.life = lifecycle or Lifecycle(sinks, session_id, settings)
         self.folder = folder  # where it is recorded, if it is
         self.coach = Coach(settings, sandbox, lambda: self.world.last.get("goal", ""))
         self.opening = f"Begin. The shell is ready: {OPENING_PROMPT}"  # fixed within a session: the cache holds
         backend = model.backend
-        self.context = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count,
-                               observation_tokens=settings.observation_tokens)  # fmt: skip
+        self.context = Context(
+            backend.n_ctx,
+            settings.max_tokens,
+            settings.context_margin,
+            backend.count,
+            observation_tokens=settings.observation_tokens,
+        )
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
         self.last_action: tuple[str, str, str] | None = None

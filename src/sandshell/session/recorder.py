@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sandshell.errors import SandshellError
-from sandshell.inert import json_line, shown
+from sandshell.safe_text import json_line, shown
 from sandshell.session import events as ev
 from sandshell.session.outcome import Outcome
 from sandshell.session.transcript import render

@@ -1,13 +1,13 @@
 """Events as terminal text: for the `.cast` recording (ANSI) and headless progress lines (plain).
 
-Every event is made inert first (`sandshell.inert.shown`): escape sequences and other control
+Every event is made inert first (`sandshell.safe_text.shown`): escape sequences and other control
 characters from the model or the sandbox are shown as text (`^[`, `\\x07`), never sent to a
 terminal live.
 """
 
 from __future__ import annotations
 
-from sandshell.inert import shown
+from sandshell.safe_text import shown
 from sandshell.session import events as ev
 
 RESET, DIM, BOLD = "\x1b[0m", "\x1b[2m", "\x1b[1m"

@@ -20,7 +20,7 @@ SYSTEM_PART_CHARS = 4000  # of the model's own /app/system.md, and of the goal
 
 
 @dataclass
-class Reading:
+class WorldView:
     """One read of the world: the prompt's system text, the sampling parameters, and what to tell."""
 
     system: str
@@ -30,7 +30,7 @@ class Reading:
     new_problems: list[str]
 
 
-class World:
+class ModelWorld:
     """Reads the model's files from a ModelState and keeps what is needed to see changes."""
 
     def __init__(self, settings: Settings, goal: str | None = None) -> None:
@@ -41,7 +41,7 @@ class World:
         self.last: dict[str, str] = {}
         self.reported: set[str] = set()  # problems with the model's files already told
 
-    def read(self, state: ModelState) -> Reading:
+    def read(self, state: ModelState) -> WorldView:
         s = self.settings
         goal = self.goal_override or state.goal.content or s.default_goal
         own = state.system.content or ""
@@ -64,4 +64,4 @@ class World:
             system += f"\nYour own notes (/app/system.md):\n{cut(own, SYSTEM_PART_CHARS)}\n"
         read = StateRead(goal, own, current["config"], changed, tuple(problems))
         change = ConfigChanged(*outcome.change) if outcome.change else None
-        return Reading(system, params, read, change, new)
+        return WorldView(system, params, read, change, new)

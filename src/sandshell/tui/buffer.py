@@ -11,7 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from sandshell.inert import shown
+from sandshell.safe_text import shown
 from sandshell.session.events import Event, ModelText, OutputChunk
 
 MAX_PARTIAL = 4096

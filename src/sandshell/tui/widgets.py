@@ -19,8 +19,13 @@ class StatusBar(Static):
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
     """
-    STYLES = {"generating": "bold cyan", "evaluating prompt": "bold cyan", "running a command": "bold green",
-              "paused": "bold yellow", "waiting for approval": "bold magenta"}  # fmt: skip
+    STYLES = {
+        "generating": "bold cyan",
+        "evaluating prompt": "bold cyan",
+        "running a command": "bold green",
+        "paused": "bold yellow",
+        "waiting for approval": "bold magenta",
+    }
 
     def __init__(self) -> None:
         super().__init__(id="status")

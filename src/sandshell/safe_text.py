@@ -1,7 +1,7 @@
 """Text from the model or the sandbox, made harmless where it reaches a person or a program.
 
 Three boundaries, one function each:
-- `inert` for what a terminal shows (the TUI, the `.cast`, stderr, the last words after quit):
+- `visible` for what a terminal shows (the TUI, the `.cast`, stderr, the last words after quit):
   C0 and C1 controls, DEL, lone surrogates and the bidirectional overrides that reorder what a
   person reads become visible text (`^[`, `\\x07`, `\\u202e`, `\\udc80`); newlines and tabs stay.
   `shown(event)` applies it to every text an event carries, however deep.
@@ -36,7 +36,7 @@ def _visible(m: re.Match[str]) -> str:
     return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
 
-def inert(text: str) -> str:
+def visible(text: str) -> str:
     """`text` with nothing a terminal would act on: controls shown as text, newlines and tabs kept."""
     return _CONTROL.sub(_visible, text)
 
@@ -52,9 +52,9 @@ def _byte_or_code(m: re.Match[str]) -> str:
 
 
 def shown(value: T) -> T:
-    """A copy of an event (or any dataclass, tuple, list, dict or string) with every string inert."""
+    """A copy of an event (or any dataclass, tuple, list, dict or string) with every string made visible."""
     if isinstance(value, str):
-        return inert(value)  # type: ignore[return-value]
+        return visible(value)  # type: ignore[return-value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {f.name: shown(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **changes)  # type: ignore[type-var]
@@ -72,5 +72,5 @@ def json_line(data: Any) -> str:
 
 
 def say(message: str) -> None:
-    """One line to the user on stderr, as `sandshell: …`, made inert (it may quote the model)."""
-    print(f"sandshell: {inert(message)}", file=sys.stderr, flush=True)
+    """One line to the user on stderr, as `sandshell: …`, made visible (it may quote the model)."""
+    print(f"sandshell: {visible(message)}", file=sys.stderr, flush=True)

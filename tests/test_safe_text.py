@@ -22,8 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sandshell import config
-from sandshell import inert as inert_mod
+from sandshell import config, safe_text
 from sandshell.cli import print_result
 from sandshell.config import Settings
 from sandshell.model.actions import Action
@@ -67,8 +66,9 @@ PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCh
 def every_event(s: str) -> list[ev.Event]:
     """Each event kind, with `s` in every text it carries."""
     bash, read, write = Action("bash", s or "x", "", s), Action("read", s), Action("write", s, s, s)
-    result = Result(s, 1, output=s, tail=s, stderr_tail=s, error=s, notice=s, signal=s, spill_path=s,
-                    user=s, host=s, cwd=s)  # fmt: skip
+    result = Result(
+        s, 1, output=s, tail=s, stderr_tail=s, error=s, notice=s, signal=s, spill_path=s, user=s, host=s, cwd=s
+    )
     return [
         ev.SessionStarted(s, s, s, s, {s: s}),
         ev.StateRead(s, s, s, (s,), (s,)),
@@ -91,9 +91,9 @@ def every_event(s: str) -> list[ev.Event]:
 
 
 def test_inert_makes_every_sequence_visible() -> None:
-    assert inert_mod.inert("a\x1b]52;c;eA==\x07b") == "a^[]52;c;eA==\\x07b"
-    assert inert_mod.inert("\x9b2J\u202e\ud83d\n\t") == "\\x9b2J\\u202e\\ud83d\n\t"
-    assert inert_mod.inert("ünïcødé ✓ 日本") == "ünïcødé ✓ 日本"  # real text is left alone
+    assert safe_text.visible("a\x1b]52;c;eA==\x07b") == "a^[]52;c;eA==\\x07b"
+    assert safe_text.visible("\x9b2J\u202e\ud83d\n\t") == "\\x9b2J\\u202e\\ud83d\n\t"
+    assert safe_text.visible("ünïcødé ✓ 日本") == "ünïcødé ✓ 日本"  # real text is left alone
 
 
 @PROPS
@@ -141,7 +141,7 @@ def test_headless_stderr_and_stdout_json_carry_no_live_escape(s: str) -> None:
         log = LineLog(echo=True)
         for event in every_event(s):
             log.emit(event)
-        inert_mod.say(s)
+        safe_text.say(s)
         print_result({"status": "error", "result": s, "error": s, "log": log.lines})
     assert not LIVE.search(err.getvalue().replace("\n", ""))
     assert out.getvalue().isascii() and not LIVE.search(out.getvalue().replace("\n", ""))
@@ -181,8 +181,13 @@ def test_a_hostile_folder_name_in_the_prompt_line_reaches_no_terminal(workspace:
     """user, host and cwd are the model's to choose: a folder named with an OSC 52 clipboard write."""
     cd = {"bash": "mkdir -p \"/tmp/$(printf '\\033]52;c;cHduZWQ=\\007\\033[2J\\302\\233')\" && cd /tmp/*52*"}
     steps = [cd, {"bash": "pwd"}, {"done": "there"}]
-    out = run_task("t", 60, 5, settings=_script_settings(workspace, tmp_path),
-                   backend=ScriptBackend([json.dumps(x) for x in steps]))  # fmt: skip
+    out = run_task(
+        "t",
+        60,
+        5,
+        settings=_script_settings(workspace, tmp_path),
+        backend=ScriptBackend([json.dumps(x) for x in steps]),
+    )
     assert out["status"] == "done", out
     prompt = next(line for line in out["log"] if line.endswith("# pwd"))
     assert "^[]52;c;cHduZWQ=\\x07^[[2J\\x9b" in prompt and not LIVE.search(prompt)  # shown, not acted on
@@ -193,8 +198,13 @@ def test_a_hostile_folder_name_in_the_prompt_line_reaches_no_terminal(workspace:
 
 @pytest.mark.docker
 def test_lone_surrogates_from_the_model_are_refused_and_the_session_goes_on(workspace: Path, tmp_path: Path) -> None:
-    steps = ['[{"bash": "echo \\ud83d"}]', '[{"bash": "echo between"}]', '[{"write": "/app/\\udcff", "content": "x"}]',
-             '[{"done": "\\udfff"}]', '[{"done": "fine"}]']  # fmt: skip
+    steps = [
+        '[{"bash": "echo \\ud83d"}]',
+        '[{"bash": "echo between"}]',
+        '[{"write": "/app/\\udcff", "content": "x"}]',
+        '[{"done": "\\udfff"}]',
+        '[{"done": "fine"}]',
+    ]
     out = run_task("t", 60, 6, settings=_script_settings(workspace, tmp_path), backend=ScriptBackend(steps))
     assert out["status"] == "done" and out["result"] == "fine", out
     assert sum("half of a character" in line for line in out["log"]) == 3
@@ -212,8 +222,12 @@ def test_invalid_utf8_on_the_command_line_is_one_sentence_or_runs(workspace: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SANDSHELL_"))}
     env.update(SANDSHELL_HOME=str(tmp_path / "home"), SANDSHELL_WORKSPACE=str(workspace), LLAMA_INTRO="0")
     argv = [sys.executable, "-m", "sandshell.cli", "--headless", "--backend", "script", "--script", str(script)]
-    proc = subprocess.run([*argv, "--goal", b"goal \xff\xfe \x1b]52;c;eA==\x07".decode("utf-8", "surrogateescape")],
-                          capture_output=True, env=env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [*argv, "--goal", b"goal \xff\xfe \x1b]52;c;eA==\x07".decode("utf-8", "surrogateescape")],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     result = json.loads(proc.stdout)
     assert result["status"] == "done", result
     assert "Traceback" not in proc.stderr.decode("utf-8", "replace")

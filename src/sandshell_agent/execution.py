@@ -163,8 +163,12 @@ class Runner:
                     self.stop_shell()
                     self.start_shell(restore=True)
                 code = None if status.broken else status.code
-                self._finish(code, syntax_error=status.syntax_error, restarted=restart,
-                             **({"error": BROKEN} if status.broken else {}))  # fmt: skip
+                self._finish(
+                    code,
+                    syntax_error=status.syntax_error,
+                    restarted=restart,
+                    **({"error": BROKEN} if status.broken else {}),
+                )
             return
         if not dead:
             return
@@ -196,8 +200,13 @@ class Runner:
         elif self.cmd.phase is not None:
             self._finish(code, restarted=True)  # stopped on purpose: the result says why
         elif self.cmd is not None:
-            self._finish(code, restarted=True, error="the shell exited; a new one started in the same cwd"
-                         if not self.shell.unreachable else "the shell exited; a new one started")  # fmt: skip
+            self._finish(
+                code,
+                restarted=True,
+                error="the shell exited; a new one started in the same cwd"
+                if not self.shell.unreachable
+                else "the shell exited; a new one started",
+            )
 
     def _ended(self, code: int | None = None) -> str:
         code = self.shell.exit_code(wait=0.5) if code is None else code
@@ -265,8 +274,13 @@ class Runner:
             self.stop_shell()
             procs.kill_all(cmd.before, -1, {os.getpid(), 1})
             self.start_shell(restore=True)
-            self._finish(None, restarted=True, signal="SIGKILL", error="the shell did not stop and was killed; "
-                         "a new one started with the cwd and exports from before this command")  # fmt: skip
+            self._finish(
+                None,
+                restarted=True,
+                signal="SIGKILL",
+                error="the shell did not stop and was killed; "
+                "a new one started with the cwd and exports from before this command",
+            )
 
     def wait_seconds(self, now: float) -> float | None:
         """How long the loop may sleep before this command needs attention (None: no command)."""
