@@ -196,7 +196,7 @@ def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Setting
     """The HTTP service's one placement seam: with the TLS engine idle and the other listed engine
     down, a task goes there with its own workspace (copied, as that engine shares no filesystem)."""
     from sandshell.service.store import TaskRecord
-    from sandshell.service.tasks import place
+    from sandshell.service.taskqueue import place
 
     s = on_remote.replace(
         docker_host="",

@@ -20,7 +20,7 @@ from sandshell.service.chat import ProfileMismatch
 from sandshell.service.core import Service
 from sandshell.service.feed import follow, until_ended
 from sandshell.service.limits import BodyLimit, one_sentence
-from sandshell.service.tasks import Busy
+from sandshell.service.taskqueue import Busy
 
 COOKIE_SECONDS = 30 * 24 * 3600  # the web view's sign-in lasts a month in that browser
 MAX_STREAMS = 64  # event streams open at once

@@ -19,7 +19,7 @@ from sandshell.sandbox import engine
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.service.models import Models
 from sandshell.service.store import ID, TASK_FILE, Store
-from sandshell.service.tasks import Busy, StreamWaker
+from sandshell.service.taskqueue import Busy, StreamWaker
 from sandshell.session import events as ev
 from sandshell.session.control import Control
 from sandshell.session.events import Sink

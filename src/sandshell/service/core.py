@@ -15,7 +15,7 @@ from sandshell.service.chat import Conversations
 from sandshell.service.feed import Feeds
 from sandshell.service.models import Models
 from sandshell.service.store import Store
-from sandshell.service.tasks import TaskManager
+from sandshell.service.taskqueue import TaskManager
 
 REAP_EVERY = 15.0
 
