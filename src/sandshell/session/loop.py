@@ -260,13 +260,13 @@ class Session(Generic[S]):
                 self.emit(ev.ModelText(item))
             if self.control.quitting:
                 break
-        if self.control.quitting and reply.error == "no answer":  # cut short by the quit: not the model's fault
-            self.emit(ev.ModelReplied(written, (), None, Stats()))
-            return None
             if self.control.holding:  # pause stops the generation at once; resume asks again
                 self.emit(ev.ModelReplied(written, (), None, Stats()))
                 self.emit(ev.Notice("info", "paused: the unfinished answer was dropped; resuming asks the model again"))
                 return None
+        if self.control.quitting and reply.error == "no answer":  # cut short by the quit: not the model's fault
+            self.emit(ev.ModelReplied(written, (), None, Stats()))
+            return None
         self.tokens_in += reply.stats.prompt_tokens - reply.stats.cached_tokens
         self.tokens_out += reply.stats.completion_tokens
         self.emit(ev.ModelReplied(reply.text, tuple(reply.actions), reply.error, reply.stats))
