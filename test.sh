@@ -31,4 +31,5 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/pytest -p no:cacheprovider "$@"
+# Two workers, a test module to each at a time (a module shares its sandbox); the slowest tests listed.
+.venv/bin/pytest -p no:cacheprovider -n 2 --dist loadfile --durations=15 "$@"
