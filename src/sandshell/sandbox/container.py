@@ -181,7 +181,9 @@ class ContainerSpec:
         if locked:
             kwargs["network_mode"] = "none"
             kwargs["read_only"] = True
-        elif self.transport == "tcp":
+        else:
+            kwargs["network"] = self.network
+        if not locked and self.transport == "tcp":
             kwargs["ports"] = {f"{AGENT_PORT}/tcp": ("127.0.0.1", None)}
         return kwargs
 
@@ -189,6 +191,11 @@ class ContainerSpec:
     def archive(self) -> bool:
         """Whether /app is filled through the engine's API (copy mode, or an engine on another machine)."""
         return self.settings.workspace_mode == "copy" or archive_transfer(self.settings)
+
+    @property
+    def network(self) -> str | None:
+        """The session's own bridge (standard): it reaches the outside, never another session's container."""
+        return None if self.settings.profile == "locked" else f"{self.name}-net"
 
     @property
     def volume(self) -> str:
@@ -221,6 +228,8 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
     try:
         if spec.archive and spec.settings.workspace_mode == "ro":
             client.volumes.create(spec.volume, labels=spec.labels())
+        if spec.network is not None:
+            create_network(client, spec)
         # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
         container = client.containers.create(**spec.run_kwargs())
         if spec.archive:
@@ -294,3 +303,32 @@ def remove_container(client: docker.DockerClient, container: Any, spec: Containe
     if spec is not None and spec.archive and spec.settings.workspace_mode == "ro":
         with contextlib.suppress(docker.errors.APIError):
             client.api.remove_volume(spec.volume, force=True)
+    if spec is not None and spec.network is not None:
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_network(spec.network)
+
+
+def create_network(client: docker.DockerClient, spec: ContainerSpec) -> None:
+    """The session's own bridge: on Docker's default bridge every container reaches every other one's
+    ports, so two sessions could talk. Its own network (inter-container traffic off as well) reaches
+    the outside through the host's NAT, and other bridges not at all (the engine's isolation rules)."""
+    assert spec.network is not None
+    with contextlib.suppress(docker.errors.NotFound):  # a leftover of this session's last container
+        client.api.remove_network(spec.network)
+    try:
+        client.api.create_network(
+            spec.network,
+            driver="bridge",
+            options={"com.docker.network.bridge.enable_icc": "false"},
+            labels=spec.labels(),
+            check_duplicate=True,
+        )
+    except docker.errors.APIError as e:
+        why = e.explanation or str(e)
+        if "address pool" in str(why) or "overlap" in str(why):
+            raise SandboxError(
+                f"the Docker engine has no free address range for one more session's network ({why}); end "
+                "some sessions, remove unused networks (`docker network prune`) or widen the engine's "
+                "default-address-pools"
+            ) from None
+        raise

@@ -196,7 +196,8 @@ def _alive(pid: int) -> bool:
 
 
 def reap(c: docker.DockerClient) -> list[str]:
-    """Remove sandshell containers whose host process is gone (or that have stopped); returns their names.
+    """Remove sandshell containers whose host process is gone (or that have stopped), and such a process's
+    volumes and networks; returns their names.
 
     One list call, no per-container inspect: another session's container may vanish meanwhile."""
     removed = []
@@ -221,6 +222,15 @@ def reap(c: docker.DockerClient) -> list[str]:
                 removed.append(volume["Name"])
             except docker.errors.APIError:
                 pass  # in use again, or gone
+    for network in c.api.networks(filters={"label": [LABEL, PID_LABEL, HOST_LABEL]}) or []:  # a session's bridge
+        labels = network.get("Labels") or {}
+        pid = labels.get(PID_LABEL, "")
+        if labels.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid)):
+            try:
+                c.api.remove_network(network["Id"])
+                removed.append(network["Name"])
+            except docker.errors.APIError:
+                pass  # a container still on it, or gone
     return removed
 
 
