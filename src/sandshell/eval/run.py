@@ -1,8 +1,10 @@
-"""Running tasks: setup, a session, then the check, all in the same sandbox; results as plain records.
+"""Running tasks: setup and a session in one sandbox, then the check in a fresh one; results as plain records.
 
 Each task gets a fresh, empty workspace copied into its container (`copy` mode, so nothing is
-written on the host) and its own recording under `<out>/sessions/`. A model is loaded once per
-worker and variant and reused across tasks; `--parallel N` runs N workers, each with its own.
+written on the host) and its own recording under `<out>/sessions/`. The check sees the final /app
+in a new container of the clean image (`check.py`), never the model's shell or its other changes.
+A model is loaded once per worker and variant and reused across tasks; `--parallel N` runs N
+workers, each with its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
+from sandshell.eval.check import run_check
 from sandshell.eval.task import Task
 from sandshell.model.script import ScriptBackend
 from sandshell.model.turn import make_backend
@@ -84,7 +87,7 @@ def _tail(text: str) -> str:
 
 
 def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, repeat: int = 1) -> TaskResult:
-    """Setup, session, check in one sandbox; never raises for the task's or the model's faults."""
+    """Setup and session in one sandbox, the check in a fresh one; never raises for the task's or the model's faults."""
     res = TaskResult(task.name, task.level, variant.label, repeat)
     if variant.solutions:
         backend = ScriptBackend(task.solution_lines(), variant.settings.n_ctx, source=f"{task.name} solution")
@@ -119,9 +122,9 @@ def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, re
                 if control.quitting:
                     res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"
                 res.steps, res.tokens_in, res.tokens_out = outcome.turns, outcome.tokens_in, outcome.tokens_out
-                check = session.sandbox.execute(f"cd /app && {task.check}", CHECK_TIMEOUT)
+                check = run_check(session.sandbox, task.check, s, CHECK_TIMEOUT)
                 res.passed = check.ok
-                res.check_output = _tail(check.output)
+                res.check_output = _tail(check.output if check.error is None else check.error)
         except SandshellError as e:
             res.status, res.error = "error", str(e)
         finally:
