@@ -1,8 +1,7 @@
 """Settings: one object built once from the environment and `.env`, every field documented.
 
-Names are as in `.env.example`: `LLAMA_*` for the model (any `llama_cpp.Llama` constructor
-parameter or chat-completion parameter may be given as `LLAMA_<NAME>`), `SANDSHELL_*` for the
-sandbox, the session and the UI.
+Names are as in `.env.example`: `LLAMA_*` for the model (any `llama_cpp.Llama` constructor parameter or
+chat-completion parameter may be given as `LLAMA_<NAME>`), `SANDSHELL_*` for the sandbox, the session and the UI.
 """
 
 from __future__ import annotations
@@ -138,6 +137,7 @@ class Settings:
         "archive (copied in through the engine's API "
         "and, in rw mode, copied back) or auto (mount on a local engine, archive on a remote one)",
     )
+    git_write: bool = _f("SANDSHELL_GIT_WRITE", False, "rw mode: let the model write the workspace's own .git")
     sync_seconds: float = _f(
         "SANDSHELL_SYNC_SECONDS",
         30.0,

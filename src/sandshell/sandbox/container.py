@@ -7,6 +7,8 @@ import os
 import secrets
 import shutil
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
+from sandshell.sandbox import network, quarantine
 from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL, archive_transfer
 from sandshell.sandbox.transfer import fill_volume, pack
 
@@ -45,12 +48,19 @@ class ContainerSpec:
     settings: Settings
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     socket_dir: Path | None = None
+    log: Callable[[str], None] = lambda _m: None
+    snapshot: quarantine.Snapshot | None = None  # what host tools may run from an rw workspace, as it was before
 
     @classmethod
-    def for_session(cls, settings: Settings, workspace: Path, session_id: str, image: str) -> ContainerSpec:
+    def for_session(
+        cls, settings: Settings, workspace: Path, session_id: str, image: str, log: Callable[[str], None]
+    ) -> ContainerSpec:
         if settings.profile == "locked" and settings.transport == "tcp":
             raise SandboxError("the locked profile has no network, so SANDSHELL_TRANSPORT must be unix")
-        return cls(session_id=session_id, image=image, workspace=workspace.resolve(), settings=settings)
+        spec = cls(session_id=session_id, image=image, workspace=workspace.resolve(), settings=settings, log=log)
+        if settings.workspace_mode == "rw":
+            spec.snapshot = quarantine.Snapshot.take(spec.workspace, time.time())
+        return spec
 
     @property
     def transport(self) -> str:
@@ -177,7 +187,7 @@ class ContainerSpec:
         # as three small files on the container's own layer (fuse-overlayfs here) cost ~5 ms a command.
         tmpfs["/run/sandshell-agent"] = "rw,noexec,nosuid,nodev,size=64m"
         kwargs["tmpfs"] = tmpfs
-        kwargs["mounts"] = [self.app_mount()]
+        kwargs["mounts"] = [self.app_mount(), *quarantine.git_mounts(self.workspace, s, self.archive)]
         if locked:
             kwargs["network_mode"] = "none"
             kwargs["read_only"] = True
@@ -229,7 +239,7 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         if spec.archive and spec.settings.workspace_mode == "ro":
             client.volumes.create(spec.volume, labels=spec.labels())
         if spec.network is not None:
-            create_network(client, spec)
+            network.create(client, spec.network, spec.labels())
         # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
         container = client.containers.create(**spec.run_kwargs())
         if spec.archive:
@@ -251,41 +261,6 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         raise
 
 
-def running(container: Any) -> bool:
-    """Whether the container runs (an engine that does not answer is taken to mean yes)."""
-    try:
-        container.reload()
-        return bool(container.status == "running")
-    except docker.errors.NotFound:
-        return False
-    except docker.errors.APIError:
-        return True
-
-
-def death(container: Any, fallback: object) -> str:
-    """Why a container stopped, as the engine tells it: out of memory (the kernel's OOM killer ends
-    the agent as readily as any process), else `fallback` (what the link to the agent said)."""
-    try:
-        container.reload()
-        state = container.attrs.get("State") or {}
-    except Exception:  # (no container, or an engine that does not answer: what the link said)
-        return str(fallback)
-    if state.get("OOMKilled") and state.get("Status") != "running":
-        memory = (container.attrs.get("HostConfig") or {}).get("Memory") or 0
-        limit = f" of {memory / 2**20:.0f} MiB" if memory else ""
-        return f"it ran out of memory: the limit{limit} (SANDSHELL_MEMORY) was reached and the kernel ended the agent"
-    return str(fallback)
-
-
-def last_log_line(container: Any) -> str:
-    """The last thing a dead container said: usually why it died."""
-    try:
-        lines = container.logs(tail=3).decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else f"status {container.status}"
-    except docker.errors.APIError:
-        return "it is gone"
-
-
 def _size(limit: int) -> str:
     return f",size={int(limit)}" if limit else ""
 
@@ -304,31 +279,7 @@ def remove_container(client: docker.DockerClient, container: Any, spec: Containe
         with contextlib.suppress(docker.errors.APIError):
             client.api.remove_volume(spec.volume, force=True)
     if spec is not None and spec.network is not None:
-        with contextlib.suppress(docker.errors.APIError):
-            client.api.remove_network(spec.network)
-
-
-def create_network(client: docker.DockerClient, spec: ContainerSpec) -> None:
-    """The session's own bridge: on Docker's default bridge every container reaches every other one's
-    ports, so two sessions could talk. Its own network (inter-container traffic off as well) reaches
-    the outside through the host's NAT, and other bridges not at all (the engine's isolation rules)."""
-    assert spec.network is not None
-    with contextlib.suppress(docker.errors.NotFound):  # a leftover of this session's last container
-        client.api.remove_network(spec.network)
-    try:
-        client.api.create_network(
-            spec.network,
-            driver="bridge",
-            options={"com.docker.network.bridge.enable_icc": "false"},
-            labels=spec.labels(),
-            check_duplicate=True,
-        )
-    except docker.errors.APIError as e:
-        why = e.explanation or str(e)
-        if "address pool" in str(why) or "overlap" in str(why):
-            raise SandboxError(
-                f"the Docker engine has no free address range for one more session's network ({why}); end "
-                "some sessions, remove unused networks (`docker network prune`) or widen the engine's "
-                "default-address-pools"
-            ) from None
-        raise
+        network.remove(client, spec.network)
+    if spec is not None and spec.snapshot is not None:
+        folder = spec.settings.path(spec.settings.sessions_dir) / spec.session_id / "quarantine"
+        spec.snapshot = quarantine.settle(spec.snapshot, folder, spec.log)

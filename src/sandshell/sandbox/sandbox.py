@@ -17,8 +17,8 @@ from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
 from sandshell.sandbox import engine, transfer
 from sandshell.sandbox.connection import AttachConnection, Connection, ConnectionLost
-from sandshell.sandbox.container import ContainerSpec, create_container, death, last_log_line, remove_container, running
-from sandshell.sandbox.engine import new_session_id
+from sandshell.sandbox.container import ContainerSpec, create_container, remove_container
+from sandshell.sandbox.health import death, last_log_line, running
 from sandshell.sandbox.image import ensure_image
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, number, refusal
 
@@ -42,7 +42,7 @@ class Sandbox:
 
         self.settings = settings or config.load()
         self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
-        self.session_id, self.log = session_id or new_session_id(), log
+        self.session_id, self.log = session_id or engine.new_session_id(), log
         self.container: Any = None
         self.conn: Connection | None = None
         self.hello: dict[str, Any] = {}
@@ -75,7 +75,7 @@ class Sandbox:
             why = "is not a folder" if self.workspace.exists() else "does not exist; run ./reset.sh to create it"
             raise SandboxError(f"the workspace {self.workspace} {why}")
         image = ensure_image(self._docker, self.settings, self.log)
-        self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image)
+        self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image, self.log)
         self.container = create_container(self._docker, self._spec)
         if self._spec.transport == "attach":
             self.conn = AttachConnection(self._docker.api, self.container.id)

@@ -1,0 +1,262 @@
+"""What host tools would run from the workspace after a session, found and moved out of their way.
+
+The model writes the workspace; the host user's git, shell prompt and editor then read it. Git runs
+programs its repository names (`core.fsmonitor` on every `git status`, hooks, pagers, diff and
+filter drivers, `include.path` pulling in more), and finds repositories by their shape anywhere
+(a `.git` folder, a `.git` file pointing elsewhere, a bare repository's HEAD, objects and refs);
+editors and shell hooks run task and environment files they find (`.envrc`, `.vscode/`...).
+
+Once the container is gone (nothing inside can write any more), `scan` walks the workspace without
+following links and looks at every such file the session changed: the kernel's change time (ctime),
+which a process cannot set, is after the session began. A repository's config keeps only keys that
+name no program (`git config --list` reads them; git runs nothing for that); hooks, worktree
+links, the other config files and the editors' files are moved to the session's `quarantine/`
+folder, each named in the notice, and the workspace's own `.git/config` is put back as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker.types
+
+from sandshell.config import Settings
+
+# Files that editors and shell hooks run, or that tell them what to run, found by name anywhere
+TOOL_FILES = frozenset({
+    ".envrc", ".exrc", ".nvimrc", ".nvim.lua", ".lvimrc", ".dir-locals.el", ".dir-locals-2.el",
+    ".mise.toml", "mise.toml", ".tool-versions", ".nvmrc", ".node-version", ".python-version",
+})  # fmt: skip
+TOOL_FOLDERS = frozenset({".vscode", ".idea", ".devcontainer", ".mise"})  # everything in them
+# In a git directory: files that name programs or other git directories, and the hooks
+GIT_FILES = ("config", "config.worktree", "commondir", "gitdir")
+# Keys `git init`, `clone`, `remote add`, `branch -u` and `config user.*` write, none naming a program
+SAFE_KEYS = re.compile(
+    r"(core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks"
+    r"|autocrlf|safecrlf|eol|quotepath|abbrev|checkstat|trustctime)"
+    r"|user\.(name|email)|init\.defaultbranch|extensions\.(objectformat|worktreeconfig)"
+    r"|remote\.[^\n]*\.(url|pushurl|fetch|push|tagopt)|branch\.[^\n]*\.(remote|merge|rebase)"
+    r"|submodule\.[^\n]*\.(url|active))"
+)
+SLACK = 2.0  # seconds: the filesystem's clock may lag time.time() by a tick
+MAX_ENTRIES = 2_000_000  # a workspace at the default limit holds at most about a million
+MAX_CONFIG = 1024 * 1024
+
+
+@dataclass
+class Snapshot:
+    """The workspace's own `.git/config` as the session found it, to put back if the session changed it."""
+
+    root: Path
+    started: float
+    config: bytes | None = None
+
+    @classmethod
+    def take(cls, root: Path, started: float) -> Snapshot:
+        snap = cls(root, started)
+        with contextlib.suppress(OSError):
+            path = root / ".git" / "config"
+            if stat.S_ISREG(path.lstat().st_mode) and path.lstat().st_size <= MAX_CONFIG:
+                snap.config = path.read_bytes()
+        return snap
+
+
+@dataclass
+class Found:
+    """What one scan moved (relative paths, each with why) and what it could not look at."""
+
+    moved: list[str] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+    restored: bool = False
+
+    def notice(self, where: Path) -> str | None:
+        if not self.moved and not self.unread:
+            return None
+        parts = []
+        if self.moved:
+            parts.append(
+                f"moved {len(self.moved)} file(s) the session left in the workspace that git or an editor on "
+                f"this machine would run, to {where}: " + "; ".join(self.moved[:20])
+                + (f"; and {len(self.moved) - 20} more" if len(self.moved) > 20 else "")
+            )  # fmt: skip
+            if self.restored:
+                parts.append("the workspace's .git/config is back as it was before the session")
+        if self.unread:
+            parts.append(
+                "could not look into " + ", ".join(self.unread[:5]) + "; run no git or editor there before you have"
+            )
+        return "; ".join(parts)
+
+
+def scan(snap: Snapshot, quarantine: Path) -> Found:
+    """Move what the session left for host tools to run into `quarantine`; never raises for the workspace's faults."""
+    found = Found()
+    cutoff = snap.started - SLACK
+    stack, seen = [snap.root], 0
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            found.unread.append(_rel(snap.root, folder))
+            continue
+        names = {e.name for e in entries}
+        gitdir = folder.name == ".git" or ("HEAD" in names and ({"objects", "refs"} <= names or "commondir" in names))
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                found.unread.append(f"{_rel(snap.root, folder)} (past {MAX_ENTRIES:,} entries)")
+                return found
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            path, changed = Path(entry.path), st.st_ctime >= cutoff
+            if stat.S_ISDIR(st.st_mode):
+                if entry.name in TOOL_FOLDERS:
+                    _move_tree(snap.root, path, cutoff, quarantine, found)
+                elif gitdir and entry.name == "hooks":
+                    _hooks(snap.root, path, cutoff, quarantine, found)
+                else:
+                    stack.append(path)
+            elif not changed:
+                continue
+            elif entry.name == ".git":  # a file or link: git follows it to a repository anywhere
+                _move(snap.root, path, quarantine, found, "a .git link to a repository elsewhere")
+            elif gitdir and entry.name in GIT_FILES:
+                _git_file(snap, path, quarantine, found)
+            elif gitdir and entry.name == "hooks":  # a link or file where the hooks folder belongs
+                _move(snap.root, path, quarantine, found, "a hooks link")
+            elif entry.name in TOOL_FILES:
+                _move(snap.root, path, quarantine, found, "a file a shell hook or editor runs")
+    return found
+
+
+def _hooks(root: Path, folder: Path, cutoff: float, quarantine: Path, found: Found) -> None:
+    """Every hook the session changed (samples are never run)."""
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)
+    except OSError:
+        found.unread.append(_rel(root, folder))
+        return
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.stat(follow_symlinks=False).st_ctime >= cutoff and not entry.name.endswith(".sample"):
+                _move(root, Path(entry.path), quarantine, found, "a git hook")
+
+
+def _git_file(snap: Snapshot, path: Path, quarantine: Path, found: Found) -> None:
+    if path.name in ("config", "config.worktree"):
+        bad = _unsafe_keys(path)
+        if not bad:
+            return
+        _move(snap.root, path, quarantine, found, "git config naming programs (" + ", ".join(bad[:6]) + ")")
+        if path == snap.root / ".git" / "config" and snap.config is not None:
+            with contextlib.suppress(OSError):
+                path.write_bytes(snap.config)
+                found.restored = True
+        return
+    _move(snap.root, path, quarantine, found, "a link to another git directory")
+
+
+def _unsafe_keys(path: Path) -> list[str]:
+    """The config's keys that may name a program (all of it, said as 'unreadable', when git cannot list it)."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode) or path.lstat().st_size > MAX_CONFIG:
+            return ["not a plain config file"]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+        listed = subprocess.run(
+            ["git", "config", "--file", str(path), "--no-includes", "--null", "--list"],
+            capture_output=True, env=env, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ["unreadable"]
+    keys = [item.split(b"\n", 1)[0].decode(errors="replace") for item in listed.stdout.split(b"\0") if item]
+    values = [item.partition(b"\n")[2] for item in listed.stdout.split(b"\0") if item]
+    bad = [k for k in keys if not SAFE_KEYS.fullmatch(k.lower())]
+    # a URL through a remote helper (`ext::sh -c ...`) or one read as an option runs a program
+    bad += [k for k, v in zip(keys, values, strict=True) if k.endswith("url") and (b"::" in v or v.startswith(b"-"))]
+    return sorted(set(bad))
+
+
+def _move_tree(root: Path, folder: Path, cutoff: float, quarantine: Path, found: Found) -> None:
+    """Every file the session changed in an editor's or tool's folder (a file rewritten in place leaves
+    its folder's ctime as it was)."""
+    stack = [folder]
+    while stack:
+        here = stack.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = list(it)
+        except OSError:
+            found.unread.append(_rel(root, here))
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(Path(entry.path))
+                elif st.st_ctime >= cutoff:
+                    _move(root, Path(entry.path), quarantine, found, "an editor's or tool's task or settings file")
+
+
+def _move(root: Path, path: Path, quarantine: Path, found: Found, why: str) -> None:
+    """Move one file or link into `quarantine` under an inert name (no part of it starts with a dot)."""
+    rel = path.relative_to(root)
+    target = quarantine.joinpath(*(("_" + p) if p.startswith(".") else p for p in rel.parts))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(path, target)
+        except OSError:  # another filesystem: copy what it is (a link stays a link), then remove it
+            if path.is_symlink():
+                os.symlink(os.readlink(path), target)
+            elif stat.S_ISREG(path.lstat().st_mode):
+                shutil.copyfile(path, target, follow_symlinks=False)
+            os.unlink(path)
+    except OSError as e:
+        found.unread.append(f"{rel} ({why}; could not be moved: {e.strerror or e})")
+        return
+    found.moved.append(f"{rel} ({why})")
+
+
+def _rel(root: Path, path: Path) -> str:
+    return str(path.relative_to(root)) if path != root else "the workspace"
+
+
+def git_mounts(workspace: Path, settings: Settings, archive: bool) -> list[docker.types.Mount]:
+    """The workspace's own .git, read-only unless SANDSHELL_GIT_WRITE: git on the host runs what its
+    config and hooks name, so the model may not write them (what it makes elsewhere is `scan`ned)."""
+    git = workspace / ".git"
+    if archive or settings.workspace_mode != "rw" or settings.git_write:
+        return []
+    try:
+        mode = git.lstat().st_mode
+    except OSError:
+        return []
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # a link would be followed on the host
+        return []
+    return [docker.types.Mount("/app/.git", str(git), type="bind", read_only=True)]
+
+
+def settle(snap: Snapshot, folder: Path, log: Callable[[str], None]) -> Snapshot:
+    """Once nothing inside can write: `scan`, say what moved (in the log and `folder`/README.txt), and
+    return the snapshot a restarted container starts from."""
+    found = scan(snap, folder)
+    if (notice := found.notice(folder)) is not None:
+        log(notice)
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "README.txt").write_text(notice + "\n", encoding="utf-8")
+    return Snapshot.take(snap.root, time.time())
