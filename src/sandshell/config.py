@@ -201,6 +201,7 @@ class Settings:
     cast_version: Literal["2", "3"] = _f(
         "SANDSHELL_CAST_VERSION", "2", "asciicast version of session.cast: 2 (for asciinema 2.x) or 3 (asciinema 3)"
     )
+    recording_limit: Annotated[int, "bytes"] = _f("SANDSHELL_RECORDING_LIMIT", 2**26, "bytes a recording may hold")
     cast_idle_limit: float = _f(
         "SANDSHELL_CAST_IDLE_LIMIT", 2.0, "players shorten pauses in session.cast to this many seconds (0: keep them)"
     )

@@ -16,7 +16,7 @@ from sandshell.model.types import Backend
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
-from sandshell.session.events import Event, ModelReplied, ModelText, Notice, Sink
+from sandshell.session.events import Event, ModelReplied, ModelText, Notice, SessionEnded, Sink
 from sandshell.session.loop import Lifecycle, Session
 from sandshell.session.outcome import Outcome, StartFailed, outcome_of
 from sandshell.session.recorder import Recorder
@@ -25,6 +25,8 @@ from sandshell.session.types import session_dir
 from sandshell.session.world import ModelWorld
 
 LOG_LINES = 400
+LINE_CHARS = 2000  # of one kept line (a line of output may be megabytes)
+FULL = "\n[sandshell: the transcript reached SANDSHELL_RECORDING_LIMIT; what follows is not shown until the end]\n"
 
 
 @dataclass
@@ -50,7 +52,11 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
     s = spec.settings
     session_id = spec.session_id or (spec.sandbox.session_id if spec.sandbox else new_session_id())
     recorder = Recorder(
-        session_dir(s, session_id), f"{spec.title} {session_id}", int(s.cast_version), s.cast_idle_limit
+        session_dir(s, session_id),
+        f"{spec.title} {session_id}",
+        int(s.cast_version),
+        s.cast_idle_limit,
+        s.recording_limit,
     )
     sinks: list[Sink] = [recorder, *spec.sinks]
     life = Lifecycle(sinks, session_id, s)
@@ -96,10 +102,11 @@ def run_session(spec: SessionSpec) -> Outcome:
 
 
 class LineLog:
-    """A sink that keeps the transcript as plain lines (bounded) and can echo them to stderr."""
+    """A sink that keeps the transcript as plain lines (bounded) and can echo them to stderr, at most
+    `limit` characters of it (SANDSHELL_RECORDING_LIMIT; 0: no limit) and then the end."""
 
-    def __init__(self, echo: bool = True) -> None:
-        self.echo = echo
+    def __init__(self, echo: bool = True, limit: int = 0) -> None:
+        self.echo, self.limit, self.echoed = echo, limit, 0
         self.lines: list[str] = []
         self._partial = ""
 
@@ -114,13 +121,22 @@ class LineLog:
         if not text:
             return
         if self.echo:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            self._echo(text, isinstance(event, SessionEnded))
         parts = (self._partial + text).split("\n")
-        self._partial = parts.pop()
-        self.lines.extend(parts)
+        self._partial = parts.pop()[:LINE_CHARS]
+        self.lines.extend(p if len(p) <= LINE_CHARS else p[:LINE_CHARS] + "…" for p in parts)
         if len(self.lines) > LOG_LINES:
             del self.lines[: len(self.lines) - LOG_LINES]
+
+    def _echo(self, text: str, end: bool) -> None:
+        if self.limit and not end and self.echoed + len(text) > self.limit:
+            if self.echoed > self.limit:  # said so already
+                return
+            text, self.echoed = FULL, self.limit + 1
+        else:
+            self.echoed += len(text)
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 def run_headless(
@@ -162,7 +178,7 @@ def run_task(
     """Run one task headless; never raises. Returns `{status, result, error, log}` and the numbers:
     `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
     recording's folder; None when the settings could not be read)."""
-    log = LineLog(echo=echo)
+    log = LineLog(echo=echo, limit=(settings or Settings()).recording_limit)
     o = run_headless(
         task,
         timeout,

@@ -5,6 +5,9 @@ was on disk first (a crash loses at most the event being written). The `.cast` i
 the log for players; it is flushed per event and synced at most once a second, and at close.
 Its header asks players to shorten long pauses (`idle_time_limit`), and each command starts
 with a marker event, so a player can jump from command to command.
+
+Both files together hold at most `limit` bytes (SANDSHELL_RECORDING_LIMIT) and the end event: the
+event that would pass it is recorded as a notice saying so, and nothing more until the session's end.
 """
 
 from __future__ import annotations
@@ -40,8 +43,11 @@ def to_json(event: ev.Event) -> dict[str, Any]:
 class Recorder:
     """A sink that writes `events.jsonl` and `session.cast` into a session folder."""
 
-    def __init__(self, folder: Path, title: str = "sandshell", version: int = 2, idle_limit: float = 2.0) -> None:
+    def __init__(
+        self, folder: Path, title: str = "sandshell", version: int = 2, idle_limit: float = 2.0, limit: int = 0
+    ) -> None:
         self.folder = folder
+        self.limit, self.written, self.full = limit, 0, False
         self.started = time.monotonic()
         self.failed: str | None = None
         self.version = version
@@ -66,30 +72,40 @@ class Recorder:
             raise RecordingError(_sentence(folder, e)) from None
 
     def emit(self, event: ev.Event) -> None:
-        if self.failed:
+        if self.failed or (self.full and not isinstance(event, ev.SessionEnded)):
             return
         t = round(time.monotonic() - self.started, 4)
         try:
             assert self._log is not None and self._cast is not None
-            self._write(self._log, json_line({"t": t, **to_json(event)}), sync=True)
-            text = render(event, color=True)
-            if isinstance(event, ev.ActionStarted) and event.action.kind != "done":  # jump from action to action
-                self._cast_event(t, "m", shown(event.action.summary(60)))
-            if text:
-                self._cast_event(t, "o", text.replace("\n", "\r\n"))
+            line, cast = self._lines(t, event)
+            if self.limit and self.written + _size(line, cast) > self.limit and not isinstance(event, ev.SessionEnded):
+                self.full = True  # one notice in place of the event, then only the end
+                line, cast = self._lines(t, ev.Notice("warning", _full(self.limit)))
+            self.written += _size(line, cast)
+            self._write(self._log, line, sync=True)
+            for c in cast:
+                due = time.monotonic() >= self._cast_due  # the .cast is a view of the log: synced once a second
+                self._write(self._cast, c, sync=due)
+                if due:
+                    self._cast_due = time.monotonic() + CAST_SYNC_SECONDS
         except OSError as e:
             self.failed = _sentence(self.folder, e)
             self.close()
             raise RecordingError(self.failed) from None
 
-    def _cast_event(self, t: float, code: str, data: str) -> None:
-        assert self._cast is not None
+    def _lines(self, t: float, event: ev.Event) -> tuple[str, list[str]]:
+        """The event's line of the log, and its lines of the .cast."""
+        cast = []
+        if isinstance(event, ev.ActionStarted) and event.action.kind != "done":  # jump from action to action
+            cast.append(self._cast_line(t, "m", shown(event.action.summary(60))))
+        if text := render(event, color=True):
+            cast.append(self._cast_line(t, "o", text.replace("\n", "\r\n")))
+        return json_line({"t": t, **to_json(event)}), cast
+
+    def _cast_line(self, t: float, code: str, data: str) -> str:
         stamp = round(t - self._last_t, 4) if self.version == 3 else t
         self._last_t = t
-        due = time.monotonic() >= self._cast_due  # the .cast is a view of the log: synced once a second
-        self._write(self._cast, json_line([stamp, code, data]), sync=due)
-        if due:
-            self._cast_due = time.monotonic() + CAST_SYNC_SECONDS
+        return json_line([stamp, code, data])
 
     @staticmethod
     def _write(f: IO[str], line: str, sync: bool = True) -> None:
@@ -135,6 +151,17 @@ def end_recording(folder: Path, outcome: Outcome) -> bool:
         return True
     except OSError:
         return False  # no recording here: its task record still says how it ended
+
+
+def _size(line: str, cast: list[str]) -> int:
+    return len(line.encode()) + 1 + sum(len(c.encode()) + 1 for c in cast)
+
+
+def _full(limit: int) -> str:
+    return (
+        f"the recording reached SANDSHELL_RECORDING_LIMIT ({limit / 2**20:.1f} MiB): nothing more is recorded "
+        "until the session's end (the session goes on); raise the setting to keep more"
+    )
 
 
 def _sentence(folder: Path, e: OSError) -> str:
