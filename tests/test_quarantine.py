@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from sandshell.config import Settings
-from sandshell.sandbox.quarantine import Snapshot, scan
+from sandshell.sandbox.quarantine import SLACK, Snapshot, scan
 from sandshell.sandbox.sandbox import Sandbox
 
 REMOTE = "https://example.com/team/project.git"
@@ -130,3 +131,23 @@ def test_what_changed_before_the_session_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / ".envrc").write_text("layout python\n")
     found = scan(Snapshot(tmp_path, started=(tmp_path / ".envrc").stat().st_ctime + 10), tmp_path / "q")
     assert found.moved == [] and (tmp_path / ".envrc").is_file()
+
+
+def test_hooks_where_the_repositorys_own_config_points_are_moved(tmp_path: Path) -> None:
+    """A repository set up for husky runs `.husky/pre-commit` from the worktree: the model may write it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    a_repository(ws, home)
+    (ws / "hooks-here").mkdir()
+    git(ws, "config", "core.hooksPath", "hooks-here", home=home)
+    time.sleep(SLACK + 0.1)  # the session begins a while after the user set the repository up
+    snap = Snapshot.take(ws, time.time())
+    (ws / "hooks-here" / "pre-commit").write_text("#!/bin/sh\ntouch ran\n")
+    (ws / "hooks-here" / "pre-commit").chmod(0o755)
+    (ws / ".pre-commit-config.yaml").write_text("repos: [{repo: local, hooks: [{id: x, entry: ./x}]}]\n")
+    found = scan(snap, tmp_path / "q")
+    assert sorted(m.split(" ")[0] for m in found.moved) == [".pre-commit-config.yaml", "hooks-here/pre-commit"]
+    git(ws, "commit", "-q", "--allow-empty", "-m", "x", home=home)
+    assert not (ws / "ran").exists()

@@ -36,7 +36,10 @@ TOOL_FILES = frozenset({
     ".envrc", ".exrc", ".nvimrc", ".nvim.lua", ".lvimrc", ".dir-locals.el", ".dir-locals-2.el",
     ".mise.toml", "mise.toml", ".tool-versions", ".nvmrc", ".node-version", ".python-version",
 })  # fmt: skip
-TOOL_FOLDERS = frozenset({".vscode", ".idea", ".devcontainer", ".mise"})  # everything in them
+# Everything in these: editors' tasks, and hooks folders a repository's config may point into (husky's)
+TOOL_FOLDERS = frozenset({".vscode", ".idea", ".devcontainer", ".mise", ".husky", ".githooks"})
+# Frameworks git's own hooks hand over to, and other version control's hooks, by name anywhere
+HOOK_FILES = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml", "hgrc"})
 # In a git directory: files that name programs or other git directories, and the hooks
 GIT_FILES = ("config", "config.worktree", "commondir", "gitdir")
 # Keys `git init`, `clone`, `remote add`, `branch -u` and `config user.*` write, none naming a program
@@ -59,14 +62,19 @@ class Snapshot:
     root: Path
     started: float
     config: bytes | None = None
+    hooks: Path | None = None  # core.hooksPath of that config, when it points into the workspace
 
     @classmethod
     def take(cls, root: Path, started: float) -> Snapshot:
         snap = cls(root, started)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             path = root / ".git" / "config"
             if stat.S_ISREG(path.lstat().st_mode) and path.lstat().st_size <= MAX_CONFIG:
                 snap.config = path.read_bytes()
+                hooks = dict(_listed(path)).get("core.hookspath", b"").decode(errors="replace")
+                inside = (root / Path(hooks).expanduser()).resolve() if hooks else None
+                if inside is not None and inside.is_relative_to(root.resolve()) and inside != root.resolve():
+                    snap.hooks = inside
         return snap
 
 
@@ -123,7 +131,7 @@ def scan(snap: Snapshot, quarantine: Path) -> Found:
                 continue
             path, changed = Path(entry.path), st.st_ctime >= cutoff
             if stat.S_ISDIR(st.st_mode):
-                if entry.name in TOOL_FOLDERS:
+                if entry.name in TOOL_FOLDERS or path == snap.hooks:
                     _move_tree(snap.root, path, cutoff, quarantine, found)
                 elif gitdir and entry.name == "hooks":
                     _hooks(snap.root, path, cutoff, quarantine, found)
@@ -139,6 +147,8 @@ def scan(snap: Snapshot, quarantine: Path) -> Found:
                 _move(snap.root, path, quarantine, found, "a hooks link")
             elif entry.name in TOOL_FILES:
                 _move(snap.root, path, quarantine, found, "a file a shell hook or editor runs")
+            elif entry.name in HOOK_FILES:
+                _move(snap.root, path, quarantine, found, "hooks a commit or another tool runs")
     return found
 
 
@@ -175,19 +185,25 @@ def _unsafe_keys(path: Path) -> list[str]:
     try:
         if not stat.S_ISREG(path.lstat().st_mode) or path.lstat().st_size > MAX_CONFIG:
             return ["not a plain config file"]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
-        listed = subprocess.run(
-            ["git", "config", "--file", str(path), "--no-includes", "--null", "--list"],
-            capture_output=True, env=env, timeout=10, check=True,
-        )  # fmt: skip
+        pairs = _listed(path)
     except (OSError, subprocess.SubprocessError):
         return ["unreadable"]
-    keys = [item.split(b"\n", 1)[0].decode(errors="replace") for item in listed.stdout.split(b"\0") if item]
-    values = [item.partition(b"\n")[2] for item in listed.stdout.split(b"\0") if item]
-    bad = [k for k in keys if not SAFE_KEYS.fullmatch(k.lower())]
+    bad = [k for k, _ in pairs if not SAFE_KEYS.fullmatch(k)]
     # a URL through a remote helper (`ext::sh -c ...`) or one read as an option runs a program
-    bad += [k for k, v in zip(keys, values, strict=True) if k.endswith("url") and (b"::" in v or v.startswith(b"-"))]
+    bad += [k for k, v in pairs if k.endswith("url") and (b"::" in v or v.startswith(b"-"))]
     return sorted(set(bad))
+
+
+def _listed(path: Path) -> list[tuple[str, bytes]]:
+    """A config file's keys (as git spells them: section and name in lower case) and values, read by git
+    itself (a parser of our own would read some file otherwise than git does), which runs nothing here."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+    listed = subprocess.run(
+        ["git", "config", "--file", str(path), "--no-includes", "--null", "--list"],
+        capture_output=True, env=env, timeout=10, check=True,
+    )  # fmt: skip
+    items = [item.partition(b"\n") for item in listed.stdout.split(b"\0") if item]
+    return [(key.decode(errors="replace"), value) for key, _, value in items]
 
 
 def _move_tree(root: Path, folder: Path, cutoff: float, quarantine: Path, found: Found) -> None:
