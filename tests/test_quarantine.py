@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandshell.config import Settings
-from sandshell.sandbox.quarantine import SLACK, Snapshot, scan
+from sandshell.sandbox.quarantine import SLACK, Snapshot, scan, settle
 from sandshell.sandbox.sandbox import Sandbox
 
 REMOTE = "https://example.com/team/project.git"
@@ -151,3 +151,18 @@ def test_hooks_where_the_repositorys_own_config_points_are_moved(tmp_path: Path)
     assert sorted(m.split(" ")[0] for m in found.moved) == [".pre-commit-config.yaml", "hooks-here/pre-commit"]
     git(ws, "commit", "-q", "--allow-empty", "-m", "x", home=home)
     assert not (ws / "ran").exists()
+
+
+def test_a_hostile_file_name_reaches_no_terminal_and_nothing_quarantined_is_lost(tmp_path: Path) -> None:
+    ws, q = tmp_path / "ws", tmp_path / "q"
+    (ws / ".vscode").mkdir(parents=True)
+    (ws / ".vscode" / "\x1b]0;owned\x07\nfake line.json").write_text("{}")
+    (ws / ".vscode" / "tasks.json").write_text("first")
+    said: list[str] = []
+    snap = settle(Snapshot(ws, started=0.0), q, said.append)
+    (ws / ".vscode" / "tasks.json").write_text("second")  # a restarted container writes it again
+    settle(snap.__class__(ws, started=0.0), q, said.append)
+    readme = (q / "README.txt").read_text()
+    for text in (*said, readme):
+        assert "\x1b" not in text and "\x07" not in text and "\nfake line" not in text
+    assert sorted(p.read_text() for p in (q / "_.vscode").glob("tasks.json*")) == ["first", "second"]

@@ -30,6 +30,7 @@ from pathlib import Path
 import docker.types
 
 from sandshell.config import Settings
+from sandshell.inert import inert
 
 # Files that editors and shell hooks run, or that tell them what to run, found by name anywhere
 TOOL_FILES = frozenset({
@@ -231,6 +232,10 @@ def _move(root: Path, path: Path, quarantine: Path, found: Found, why: str) -> N
     """Move one file or link into `quarantine` under an inert name (no part of it starts with a dot)."""
     rel = path.relative_to(root)
     target = quarantine.joinpath(*(("_" + p) if p.startswith(".") else p for p in rel.parts))
+    taken = 0
+    while os.path.lexists(target):  # `_.x` beside `.x`, or an earlier container's of the same name
+        taken += 1
+        target = target.with_name(f"{target.name.split('~', 1)[0]}~{taken}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -242,13 +247,18 @@ def _move(root: Path, path: Path, quarantine: Path, found: Found, why: str) -> N
                 shutil.copyfile(path, target, follow_symlinks=False)
             os.unlink(path)
     except OSError as e:
-        found.unread.append(f"{rel} ({why}; could not be moved: {e.strerror or e})")
+        found.unread.append(f"{_named(rel)} ({why}; could not be moved: {e.strerror or e})")
         return
-    found.moved.append(f"{rel} ({why})")
+    found.moved.append(f"{_named(rel)} ({why})")
 
 
 def _rel(root: Path, path: Path) -> str:
-    return str(path.relative_to(root)) if path != root else "the workspace"
+    return _named(path.relative_to(root)) if path != root else "the workspace"
+
+
+def _named(rel: Path) -> str:
+    """A name the model chose, fit for a terminal and for one line of README.txt."""
+    return inert(str(rel)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def git_mounts(workspace: Path, settings: Settings, archive: bool) -> list[docker.types.Mount]:
