@@ -121,7 +121,13 @@ def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
     for c in left:
         with contextlib.suppress(docker.errors.NotFound):
             docker_client.api.remove_container(c["Id"], force=True)
-    assert not names, f"containers left behind: {names}"
+    # a standard session's own network goes with it: the engine is left with none of ours
+    networks = docker_client.api.networks(filters={"label": f"{engine.PID_LABEL}={os.getpid()}"}) or []
+    for n in networks:
+        with contextlib.suppress(docker.errors.APIError):
+            docker_client.api.remove_network(n["Id"])
+    names += [n["Name"] for n in networks]
+    assert not names, f"containers or networks left behind: {names}"
 
 
 REPO = Path(__file__).resolve().parents[1]
