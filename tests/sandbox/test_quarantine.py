@@ -70,12 +70,13 @@ def host_tools(ws: Path, home: Path) -> None:
 
 @pytest.mark.docker
 @pytest.mark.parametrize(
-    ("profile", "repository", "git_write"),
-    [("standard", True, False), ("locked", True, False), ("standard", True, True), ("locked", False, False)],
-    ids=["standard", "locked", "standard-git-write", "locked-no-repository"],
-)
+    ("profile", "repository", "git_write", "transfer"),
+    [("standard", True, False, "mount"), ("locked", True, False, "mount"), ("standard", True, True, "mount"),
+     ("locked", False, False, "mount"), ("standard", True, False, "archive")],
+    ids=["standard", "locked", "standard-git-write", "locked-no-repository", "standard-copied-back"],
+)  # fmt: skip
 def test_git_and_editors_run_nothing_the_model_wrote(
-    tmp_path: Path, settings: Settings, profile: str, repository: bool, git_write: bool
+    tmp_path: Path, settings: Settings, profile: str, repository: bool, git_write: bool, transfer: str
 ) -> None:
     ws, home, ran = tmp_path / "ws", tmp_path / "home", tmp_path / "ran"
     ws.mkdir()
@@ -85,7 +86,7 @@ def test_git_and_editors_run_nothing_the_model_wrote(
     if profile == "locked":
         subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
     said: list[str] = []
-    s = settings.replace(profile=profile, git_write=git_write)
+    s = settings.replace(profile=profile, git_write=git_write, workspace_transfer=transfer, sync_seconds=0.0)
     with Sandbox(workspace=ws, settings=s, log=said.append) as sb:
         sb.execute(attack(ws, ran), timeout=20)
         folder = s.path(s.sessions_dir) / sb.session_id / "quarantine"
@@ -97,7 +98,8 @@ def test_git_and_editors_run_nothing_the_model_wrote(
     assert (folder / "README.txt").is_file() and (folder / "_.vscode" / "tasks.json").is_file()
     if repository:
         assert git(ws, "remote", "get-url", "origin", home=home).stdout.strip() == REMOTE
-        assert ".git/hooks/pre-commit" in notice if git_write else ".git/" not in notice.replace("sub/.git", "")
+        writable = git_write or transfer == "archive"  # (a copied-back .git is no mount)
+        assert ".git/hooks/pre-commit" in notice if writable else ".git/" not in notice.replace("sub/.git", "")
     assert (ws / "sub" / ".git" / "HEAD").is_file() and (ws / "a.txt").read_text().endswith("two\n")
 
 
@@ -166,3 +168,25 @@ def test_a_hostile_file_name_reaches_no_terminal_and_nothing_quarantined_is_lost
     for text in (*said, readme):
         assert "\x1b" not in text and "\x07" not in text and "\nfake line" not in text
     assert sorted(p.read_text() for p in (q / "_.vscode").glob("tasks.json*")) == ["first", "second"]
+
+
+@pytest.mark.docker
+def test_a_copy_back_that_rewrites_every_file_moves_only_what_changed(tmp_path: Path, settings: Settings) -> None:
+    """The copy back writes every file anew (a new ctime): what is as it was stays where it is."""
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    a_repository(ws, home)
+    for hook in ("pre-commit", "pre-push"):
+        (ws / ".git" / "hooks" / hook).write_text("#!/bin/sh\ntrue\n")
+        (ws / ".git" / "hooks" / hook).chmod(0o755)
+    (ws / ".vscode").mkdir()
+    (ws / ".vscode" / "settings.json").write_text("{}\n")
+    said: list[str] = []
+    s = settings.replace(workspace_transfer="archive", sync_seconds=0.0)
+    with Sandbox(workspace=ws, settings=s, log=said.append) as sb:
+        sb.execute("echo 'echo changed' >> /app/.git/hooks/pre-push")
+    assert (ws / ".git" / "hooks" / "pre-commit").is_file() and (ws / ".vscode" / "settings.json").is_file()
+    assert not (ws / ".git" / "hooks" / "pre-push").exists()
+    assert ".git/hooks/pre-push" in " ".join(said) and "pre-commit" not in " ".join(said)
+    assert git(ws, "remote", "get-url", "origin", home=home).stdout.strip() == REMOTE

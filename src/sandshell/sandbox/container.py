@@ -59,7 +59,7 @@ class ContainerSpec:
             raise SandboxError("the locked profile has no network, so SANDSHELL_TRANSPORT must be unix")
         spec = cls(session_id=session_id, image=image, workspace=workspace.resolve(), settings=settings, log=log)
         if settings.workspace_mode == "rw":
-            spec.snapshot = quarantine.Snapshot.take(spec.workspace, time.time())
+            spec.snapshot = quarantine.Snapshot.take(spec.workspace, time.time(), contents=spec.archive)
         return spec
 
     @property
@@ -282,4 +282,4 @@ def remove_container(client: docker.DockerClient, container: Any, spec: Containe
         network.remove(client, spec.network)
     if spec is not None and spec.snapshot is not None:
         folder = spec.settings.path(spec.settings.sessions_dir) / spec.session_id / "quarantine"
-        spec.snapshot = quarantine.settle(spec.snapshot, folder, spec.log)
+        spec.snapshot = quarantine.settle(spec.snapshot, folder, spec.log, contents=spec.archive)

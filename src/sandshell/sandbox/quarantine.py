@@ -17,13 +17,15 @@ folder, each named in the notice, and the workspace's own `.git/config` is put b
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import math
 import os
 import re
 import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,15 +60,18 @@ MAX_CONFIG = 1024 * 1024
 
 @dataclass
 class Snapshot:
-    """The workspace's own `.git/config` as the session found it, to put back if the session changed it."""
+    """The workspace's own `.git/config` as the session found it, to put back if the session changed it
+    (and, where a copy back rewrites every file, what each watched file was)."""
 
     root: Path
     started: float
     config: bytes | None = None
     hooks: Path | None = None  # core.hooksPath of that config, when it points into the workspace
+    known: dict[Path, str | None] = field(default_factory=dict)  # what each watched file was, when asked
 
     @classmethod
-    def take(cls, root: Path, started: float) -> Snapshot:
+    def take(cls, root: Path, started: float, contents: bool = False) -> Snapshot:
+        """`contents`: also what every watched file is now, for a copy back that rewrites each file."""
         snap = cls(root, started)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             path = root / ".git" / "config"
@@ -76,6 +81,8 @@ class Snapshot:
                 inside = (root / Path(hooks).expanduser()).resolve() if hooks else None
                 if inside is not None and inside.is_relative_to(root.resolve()) and inside != root.resolve():
                     snap.hooks = inside
+        if contents:
+            snap.known = {path: _digest(path) for path, _ in _watched(root, snap.hooks, -math.inf, [])}
         return snap
 
 
@@ -109,76 +116,90 @@ class Found:
 def scan(snap: Snapshot, quarantine: Path) -> Found:
     """Move what the session left for host tools to run into `quarantine`; never raises for the workspace's faults."""
     found = Found()
-    cutoff = snap.started - SLACK
-    stack, seen = [snap.root], 0
+    for path, why in _watched(snap.root, snap.hooks, snap.started - SLACK, found.unread):
+        if path in snap.known and snap.known[path] == _digest(path):
+            continue  # as the session found it (a copy back rewrote it, changing its ctime only)
+        if why == CONFIG:
+            _git_file(snap, path, quarantine, found)
+        else:
+            _move(snap.root, path, quarantine, found, why)
+    return found
+
+
+CONFIG = "git config"
+
+
+def _watched(root: Path, hooks: Path | None, cutoff: float, unread: list[str]) -> Iterator[tuple[Path, str]]:
+    """Every file a host tool would run or follow, changed since `cutoff` (by ctime), with why it matters;
+    a walk that follows no link and never recurses (a folder 100,000 deep is only a long list)."""
+    stack, seen = [(root, "")], 0
     while stack:
-        folder = stack.pop()
+        folder, inside = stack.pop()  # inside: why every file here matters (a hooks or a tool's folder)
         try:
             with os.scandir(folder) as it:
                 entries = list(it)
         except OSError:
-            found.unread.append(_rel(snap.root, folder))
+            unread.append(_rel(root, folder))
             continue
         names = {e.name for e in entries}
         gitdir = folder.name == ".git" or ("HEAD" in names and ({"objects", "refs"} <= names or "commondir" in names))
         for entry in entries:
             seen += 1
             if seen > MAX_ENTRIES:
-                found.unread.append(f"{_rel(snap.root, folder)} (past {MAX_ENTRIES:,} entries)")
-                return found
+                unread.append(f"{_rel(root, folder)} (past {MAX_ENTRIES:,} entries)")
+                return
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            path, changed = Path(entry.path), st.st_ctime >= cutoff
+            path = Path(entry.path)
             if stat.S_ISDIR(st.st_mode):
-                if entry.name in TOOL_FOLDERS or path == snap.hooks:
-                    _move_tree(snap.root, path, cutoff, quarantine, found)
+                if entry.name in TOOL_FOLDERS or path == hooks:
+                    stack.append((path, inside or "an editor's or tool's task, settings or hook file"))
                 elif gitdir and entry.name == "hooks":
-                    _hooks(snap.root, path, cutoff, quarantine, found)
+                    stack.append((path, "a git hook"))
                 else:
-                    stack.append(path)
-            elif not changed:
+                    stack.append((path, inside))
+            elif st.st_ctime < cutoff or entry.name.endswith(".sample"):  # samples are never run
                 continue
+            elif inside:
+                yield path, inside
             elif entry.name == ".git":  # a file or link: git follows it to a repository anywhere
-                _move(snap.root, path, quarantine, found, "a .git link to a repository elsewhere")
+                yield path, "a .git link to a repository elsewhere"
+            elif gitdir and entry.name in ("config", "config.worktree"):
+                yield path, CONFIG
             elif gitdir and entry.name in GIT_FILES:
-                _git_file(snap, path, quarantine, found)
+                yield path, "a link to another git directory"
             elif gitdir and entry.name == "hooks":  # a link or file where the hooks folder belongs
-                _move(snap.root, path, quarantine, found, "a hooks link")
+                yield path, "a hooks link"
             elif entry.name in TOOL_FILES:
-                _move(snap.root, path, quarantine, found, "a file a shell hook or editor runs")
+                yield path, "a file a shell hook or editor runs"
             elif entry.name in HOOK_FILES:
-                _move(snap.root, path, quarantine, found, "hooks a commit or another tool runs")
-    return found
+                yield path, "hooks a commit or another tool runs"
 
 
-def _hooks(root: Path, folder: Path, cutoff: float, quarantine: Path, found: Found) -> None:
-    """Every hook the session changed (samples are never run)."""
+def _digest(path: Path) -> str | None:
+    """What a file is (a link's target, a small file's mode and contents), or None for anything else."""
     try:
-        with os.scandir(folder) as it:
-            entries = list(it)
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            return "link:" + os.readlink(path)
+        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_CONFIG:
+            return f"{st.st_mode:o}:" + hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
-        found.unread.append(_rel(root, folder))
-        return
-    for entry in entries:
-        with contextlib.suppress(OSError):
-            if entry.stat(follow_symlinks=False).st_ctime >= cutoff and not entry.name.endswith(".sample"):
-                _move(root, Path(entry.path), quarantine, found, "a git hook")
+        pass
+    return None
 
 
 def _git_file(snap: Snapshot, path: Path, quarantine: Path, found: Found) -> None:
-    if path.name in ("config", "config.worktree"):
-        bad = _unsafe_keys(path)
-        if not bad:
-            return
-        _move(snap.root, path, quarantine, found, "git config naming programs (" + ", ".join(bad[:6]) + ")")
-        if path == snap.root / ".git" / "config" and snap.config is not None:
-            with contextlib.suppress(OSError):
-                path.write_bytes(snap.config)
-                found.restored = True
+    bad = _unsafe_keys(path)
+    if not bad:
         return
-    _move(snap.root, path, quarantine, found, "a link to another git directory")
+    _move(snap.root, path, quarantine, found, "git config naming programs (" + ", ".join(bad[:6]) + ")")
+    if path == snap.root / ".git" / "config" and snap.config is not None:
+        with contextlib.suppress(OSError):
+            path.write_bytes(snap.config)
+            found.restored = True
 
 
 def _unsafe_keys(path: Path) -> list[str]:
@@ -205,27 +226,6 @@ def _listed(path: Path) -> list[tuple[str, bytes]]:
     )  # fmt: skip
     items = [item.partition(b"\n") for item in listed.stdout.split(b"\0") if item]
     return [(key.decode(errors="replace"), value) for key, _, value in items]
-
-
-def _move_tree(root: Path, folder: Path, cutoff: float, quarantine: Path, found: Found) -> None:
-    """Every file the session changed in an editor's or tool's folder (a file rewritten in place leaves
-    its folder's ctime as it was)."""
-    stack = [folder]
-    while stack:
-        here = stack.pop()
-        try:
-            with os.scandir(here) as it:
-                entries = list(it)
-        except OSError:
-            found.unread.append(_rel(root, here))
-            continue
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(Path(entry.path))
-                elif st.st_ctime >= cutoff:
-                    _move(root, Path(entry.path), quarantine, found, "an editor's or tool's task or settings file")
 
 
 def _move(root: Path, path: Path, quarantine: Path, found: Found, why: str) -> None:
@@ -276,7 +276,7 @@ def git_mounts(workspace: Path, settings: Settings, archive: bool) -> list[docke
     return [docker.types.Mount("/app/.git", str(git), type="bind", read_only=True)]
 
 
-def settle(snap: Snapshot, folder: Path, log: Callable[[str], None]) -> Snapshot:
+def settle(snap: Snapshot, folder: Path, log: Callable[[str], None], contents: bool = False) -> Snapshot:
     """Once nothing inside can write: `scan`, say what moved (in the log and `folder`/README.txt), and
     return the snapshot a restarted container starts from."""
     found = scan(snap, folder)
@@ -285,4 +285,4 @@ def settle(snap: Snapshot, folder: Path, log: Callable[[str], None]) -> Snapshot
         with contextlib.suppress(OSError):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "README.txt").write_text(notice + "\n", encoding="utf-8")
-    return Snapshot.take(snap.root, time.time())
+    return Snapshot.take(snap.root, time.time(), contents)
