@@ -113,7 +113,8 @@ out=""
 ls -la /run/sandshell* /app/.sandshell 2>/dev/null | grep -q '^s' && out="$out socket-file"
 awk 'NR>1 && $6=="01"' /proc/net/unix | grep -q . && out="$out unix-listener"
 # (0B00007F is 127.0.0.11: the engine's own DNS resolver, which every network but the default bridge has)
-awk 'NR>1 && $4=="0A" && $2 !~ /^0B00007F:/' /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q . && out="$out tcp-listener"
+awk 'NR>1 && $4=="0A" && $2 !~ /^0B00007F:/' /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q . \
+  && out="$out tcp-listener"
 cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -q '^SANDSHELL' && out="$out env"
 for f in environ mem maps; do cat /proc/1/$f >/dev/null 2>&1 && out="$out read-$f"; done
 readlink /proc/1/fd/0 >/dev/null 2>&1 && out="$out readlink-fd"
