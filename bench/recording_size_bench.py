@@ -27,8 +27,13 @@ def one(code: str, n: int, limit: int | None, home: Path) -> dict[str, int]:
     script = home / f"script-{len(list(home.iterdir()))}.jsonl"
     script.write_text(json.dumps([{"bash": f'python3 -c "{code.format(n=n)}"', "timeout": 60}]) + "\n")
     (home / "workspace").mkdir(exist_ok=True)
-    environ = {"SANDSHELL_HOME": str(home), "LLAMA_BACKEND": "script", "LLAMA_SCRIPT": str(script),
-               "LLAMA_INTRO": "false", "SANDSHELL_PROFILE": "standard"}  # fmt: skip
+    environ = {
+        "SANDSHELL_HOME": str(home),
+        "LLAMA_BACKEND": "script",
+        "LLAMA_SCRIPT": str(script),
+        "LLAMA_INTRO": "false",
+        "SANDSHELL_PROFILE": "standard",
+    }
     if limit is not None:
         environ["SANDSHELL_RECORDING_LIMIT"] = str(limit)
     settings = config.load(env_file=None, environ=environ)

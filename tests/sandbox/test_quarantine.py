@@ -18,14 +18,25 @@ REMOTE = "https://example.com/team/project.git"
 
 def git(cwd: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
     """git as the host user runs it: a clean global config, every repository trusted (safe.directory)."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_COUNT": "1",
-           "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*", "GIT_EDITOR": "true"}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+        "GIT_EDITOR": "true",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
 def a_repository(ws: Path, home: Path) -> None:
-    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "u@example.com"], ["config", "user.name", "U"],
-                 ["remote", "add", "origin", REMOTE]):  # fmt: skip
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["config", "user.email", "u@example.com"],
+        ["config", "user.name", "U"],
+        ["remote", "add", "origin", REMOTE],
+    ):
         git(ws, *args, home=home)
     (ws / "a.txt").write_text("one\n")
     git(ws, "add", "a.txt", home=home)
@@ -43,20 +54,22 @@ def attack(ws: Path, ran: Path) -> str:
     )
     repo = "mkdir -p {d}/hooks {d}/objects {d}/refs; [ -f {d}/HEAD ] || echo 'ref: refs/heads/main' > {d}/HEAD; "
     hooks = "for k in pre-commit commit-msg post-commit post-index-change reference-transaction; do cp /app/p {d}/hooks/$k; done; "  # noqa: E501
-    return " ".join([
-        f"printf '#!/bin/sh\\necho \"$1\" >> {ran}\\n' > /app/p; chmod +x /app/p;",
-        f"printf '[core]\\n\\tfsmonitor = {h}/p included\\n' > /app/evil.cfg;",
-        "echo two >> /app/a.txt; printf '* diff=x filter=x\\n' > /app/.gitattributes;",
-        repo.format(d="/app/.git") + f"printf '{config}' >> /app/.git/config; " + hooks.format(d="/app/.git"),
-        f"printf '[core]\\n\\thooksPath = {h}/myhooks\\n' >> /app/.git/config; mkdir -p /app/myhooks;",
-        "cp /app/p /app/myhooks/pre-commit;",
-        repo.format(d="/app/sub/.git") + f"printf '{config}' > /app/sub/.git/config;",
-        repo.format(d="/app/bare"),
-        f"printf '[core]\\n\\tbare = false\\n\\tworktree = {h}\\n{config[8:]}' > /app/bare/config;",
-        f"mkdir -p /app/sub2 && echo 'gitdir: {h}/bare' > /app/sub2/.git;",
-        "echo 'touch /tmp/x' > /app/.envrc; mkdir -p /app/.vscode; echo '{}' > /app/.vscode/tasks.json;",
-        "true",
-    ])  # fmt: skip
+    return " ".join(
+        [
+            f"printf '#!/bin/sh\\necho \"$1\" >> {ran}\\n' > /app/p; chmod +x /app/p;",
+            f"printf '[core]\\n\\tfsmonitor = {h}/p included\\n' > /app/evil.cfg;",
+            "echo two >> /app/a.txt; printf '* diff=x filter=x\\n' > /app/.gitattributes;",
+            repo.format(d="/app/.git") + f"printf '{config}' >> /app/.git/config; " + hooks.format(d="/app/.git"),
+            f"printf '[core]\\n\\thooksPath = {h}/myhooks\\n' >> /app/.git/config; mkdir -p /app/myhooks;",
+            "cp /app/p /app/myhooks/pre-commit;",
+            repo.format(d="/app/sub/.git") + f"printf '{config}' > /app/sub/.git/config;",
+            repo.format(d="/app/bare"),
+            f"printf '[core]\\n\\tbare = false\\n\\tworktree = {h}\\n{config[8:]}' > /app/bare/config;",
+            f"mkdir -p /app/sub2 && echo 'gitdir: {h}/bare' > /app/sub2/.git;",
+            "echo 'touch /tmp/x' > /app/.envrc; mkdir -p /app/.vscode; echo '{}' > /app/.vscode/tasks.json;",
+            "true",
+        ]
+    )
 
 
 def host_tools(ws: Path, home: Path) -> None:
@@ -71,10 +84,15 @@ def host_tools(ws: Path, home: Path) -> None:
 @pytest.mark.docker
 @pytest.mark.parametrize(
     ("profile", "repository", "git_write", "transfer"),
-    [("standard", True, False, "mount"), ("locked", True, False, "mount"), ("standard", True, True, "mount"),
-     ("locked", False, False, "mount"), ("standard", True, False, "archive")],
+    [
+        ("standard", True, False, "mount"),
+        ("locked", True, False, "mount"),
+        ("standard", True, True, "mount"),
+        ("locked", False, False, "mount"),
+        ("standard", True, False, "archive"),
+    ],
     ids=["standard", "locked", "standard-git-write", "locked-no-repository", "standard-copied-back"],
-)  # fmt: skip
+)
 def test_git_and_editors_run_nothing_the_model_wrote(
     tmp_path: Path, settings: Settings, profile: str, repository: bool, git_write: bool, transfer: str
 ) -> None:
@@ -116,9 +134,16 @@ def test_a_config_naming_no_program_stays(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("core.sshCommand", "x"), ("alias.st", "!x"), ("remote.origin.url", "ext::sh -c x"), ("gpg.program", "x"),
-     ("credential.helper", "!x"), ("includeIf.gitdir:/.path", "x"), ("sequence.editor", "x")],
-)  # fmt: skip
+    [
+        ("core.sshCommand", "x"),
+        ("alias.st", "!x"),
+        ("remote.origin.url", "ext::sh -c x"),
+        ("gpg.program", "x"),
+        ("credential.helper", "!x"),
+        ("includeIf.gitdir:/.path", "x"),
+        ("sequence.editor", "x"),
+    ],
+)
 def test_a_config_naming_a_program_is_moved(tmp_path: Path, key: str, value: str) -> None:
     home = tmp_path / "home"
     home.mkdir()

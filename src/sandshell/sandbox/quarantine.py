@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import math
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -32,30 +31,35 @@ from pathlib import Path
 import docker.types
 
 from sandshell.config import Settings
-from sandshell.inert import inert
+from sandshell.safe_text import visible
+from sandshell.sandbox import gitconfig
 
 # Files that editors and shell hooks run, or that tell them what to run, found by name anywhere
-TOOL_FILES = frozenset({
-    ".envrc", ".exrc", ".nvimrc", ".nvim.lua", ".lvimrc", ".dir-locals.el", ".dir-locals-2.el",
-    ".mise.toml", "mise.toml", ".tool-versions", ".nvmrc", ".node-version", ".python-version",
-})  # fmt: skip
+TOOL_FILES = frozenset(
+    [
+        ".envrc",
+        ".exrc",
+        ".nvimrc",
+        ".nvim.lua",
+        ".lvimrc",
+        ".dir-locals.el",
+        ".dir-locals-2.el",
+        ".mise.toml",
+        "mise.toml",
+        ".tool-versions",
+        ".nvmrc",
+        ".node-version",
+        ".python-version",
+    ]
+)
 # Everything in these: editors' tasks, and hooks folders a repository's config may point into (husky's)
 TOOL_FOLDERS = frozenset({".vscode", ".idea", ".devcontainer", ".mise", ".husky", ".githooks"})
 # Frameworks git's own hooks hand over to, and other version control's hooks, by name anywhere
 HOOK_FILES = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml", "hgrc"})
 # In a git directory: files that name programs or other git directories, and the hooks
 GIT_FILES = ("config", "config.worktree", "commondir", "gitdir")
-# Keys `git init`, `clone`, `remote add`, `branch -u` and `config user.*` write, none naming a program
-SAFE_KEYS = re.compile(
-    r"(core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks"
-    r"|autocrlf|safecrlf|eol|quotepath|abbrev|checkstat|trustctime)"
-    r"|user\.(name|email)|init\.defaultbranch|extensions\.(objectformat|worktreeconfig)"
-    r"|remote\.[^\n]*\.(url|pushurl|fetch|push|tagopt)|branch\.[^\n]*\.(remote|merge|rebase)"
-    r"|submodule\.[^\n]*\.(url|active))"
-)
 SLACK = 2.0  # seconds: the filesystem's clock may lag time.time() by a tick
 MAX_ENTRIES = 2_000_000  # a workspace at the default limit holds at most about a million
-MAX_CONFIG = 1024 * 1024
 
 
 @dataclass
@@ -75,9 +79,9 @@ class Snapshot:
         snap = cls(root, started)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             path = root / ".git" / "config"
-            if stat.S_ISREG(path.lstat().st_mode) and path.lstat().st_size <= MAX_CONFIG:
+            if stat.S_ISREG(path.lstat().st_mode) and path.lstat().st_size <= gitconfig.MAX_CONFIG:
                 snap.config = path.read_bytes()
-                hooks = dict(_listed(path)).get("core.hookspath", b"").decode(errors="replace")
+                hooks = dict(gitconfig.listed(path)).get("core.hookspath", b"").decode(errors="replace")
                 inside = (root / Path(hooks).expanduser()).resolve() if hooks else None
                 if inside is not None and inside.is_relative_to(root.resolve()) and inside != root.resolve():
                     snap.hooks = inside
@@ -101,9 +105,10 @@ class Found:
         if self.moved:
             parts.append(
                 f"moved {len(self.moved)} file(s) the session left in the workspace that git or an editor on "
-                f"this machine would run, to {where}: " + "; ".join(self.moved[:20])
+                f"this machine would run, to {where}: "
+                + "; ".join(self.moved[:20])
                 + (f"; and {len(self.moved) - 20} more" if len(self.moved) > 20 else "")
-            )  # fmt: skip
+            )
             if self.restored:
                 parts.append("the workspace's .git/config is back as it was before the session")
         if self.unread:
@@ -184,7 +189,7 @@ def _digest(path: Path) -> str | None:
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
             return "link:" + os.readlink(path)
-        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_CONFIG:
+        if stat.S_ISREG(st.st_mode) and st.st_size <= gitconfig.MAX_CONFIG:
             return f"{st.st_mode:o}:" + hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         pass
@@ -192,7 +197,7 @@ def _digest(path: Path) -> str | None:
 
 
 def _git_file(snap: Snapshot, path: Path, quarantine: Path, found: Found) -> None:
-    bad = _unsafe_keys(path)
+    bad = gitconfig.unsafe_keys(path)
     if not bad:
         return
     _move(snap.root, path, quarantine, found, "git config naming programs (" + ", ".join(bad[:6]) + ")")
@@ -200,32 +205,6 @@ def _git_file(snap: Snapshot, path: Path, quarantine: Path, found: Found) -> Non
         with contextlib.suppress(OSError):
             path.write_bytes(snap.config)
             found.restored = True
-
-
-def _unsafe_keys(path: Path) -> list[str]:
-    """The config's keys that may name a program (all of it, said as 'unreadable', when git cannot list it)."""
-    try:
-        if not stat.S_ISREG(path.lstat().st_mode) or path.lstat().st_size > MAX_CONFIG:
-            return ["not a plain config file"]
-        pairs = _listed(path)
-    except (OSError, subprocess.SubprocessError):
-        return ["unreadable"]
-    bad = [k for k, _ in pairs if not SAFE_KEYS.fullmatch(k)]
-    # a URL through a remote helper (`ext::sh -c ...`) or one read as an option runs a program
-    bad += [k for k, v in pairs if k.endswith("url") and (b"::" in v or v.startswith(b"-"))]
-    return sorted(set(bad))
-
-
-def _listed(path: Path) -> list[tuple[str, bytes]]:
-    """A config file's keys (as git spells them: section and name in lower case) and values, read by git
-    itself (a parser of our own would read some file otherwise than git does), which runs nothing here."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
-    listed = subprocess.run(
-        ["git", "config", "--file", str(path), "--no-includes", "--null", "--list"],
-        capture_output=True, env=env, timeout=10, check=True,
-    )  # fmt: skip
-    items = [item.partition(b"\n") for item in listed.stdout.split(b"\0") if item]
-    return [(key.decode(errors="replace"), value) for key, _, value in items]
 
 
 def _move(root: Path, path: Path, quarantine: Path, found: Found, why: str) -> None:
@@ -258,7 +237,7 @@ def _rel(root: Path, path: Path) -> str:
 
 def _named(rel: Path) -> str:
     """A name the model chose, fit for a terminal and for one line of README.txt."""
-    return inert(str(rel)).replace("\n", "\\n").replace("\t", "\\t")
+    return visible(str(rel)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def git_mounts(workspace: Path, settings: Settings, archive: bool) -> list[docker.types.Mount]:
