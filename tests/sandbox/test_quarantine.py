@@ -215,3 +215,15 @@ def test_a_copy_back_that_rewrites_every_file_moves_only_what_changed(tmp_path: 
     assert not (ws / ".git" / "hooks" / "pre-push").exists()
     assert ".git/hooks/pre-push" in " ".join(said) and "pre-commit" not in " ".join(said)
     assert git(ws, "remote", "get-url", "origin", home=home).stdout.strip() == REMOTE
+
+
+def test_with_contents_known_only_a_file_as_it_was_stays(tmp_path: Path) -> None:
+    """Where a copy back rewrote every file: a file too large to keep a digest of counts as changed."""
+    hooks = tmp_path / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "pre-commit").write_text("#!/bin/sh\ntrue\n")
+    (hooks / "pre-push").write_bytes(b"#!/bin/sh\n" + b"#" * 2**21)
+    snap = Snapshot.take(tmp_path, time.time(), contents=True)
+    (hooks / "pre-push").write_bytes(b"#!/bin/sh\ntouch ran\n" + b"#" * 2**21)
+    found = scan(snap, tmp_path.parent / "q")
+    assert [m.split(" ")[0] for m in found.moved] == [".git/hooks/pre-push"] and (hooks / "pre-commit").is_file()

@@ -122,7 +122,7 @@ def scan(snap: Snapshot, quarantine: Path) -> Found:
     """Move what the session left for host tools to run into `quarantine`; never raises for the workspace's faults."""
     found = Found()
     for path, why in _watched(snap.root, snap.hooks, snap.started - SLACK, found.unread):
-        if path in snap.known and snap.known[path] == _digest(path):
+        if (was := snap.known.get(path)) is not None and was == _digest(path):
             continue  # as the session found it (a copy back rewrote it, changing its ctime only)
         if why == CONFIG:
             _git_file(snap, path, quarantine, found)
