@@ -4,7 +4,7 @@
     level = "trivial"                      # trivial, easy or medium
     tags = ["files"]
     setup = ["mkdir -p /app/data"]         # run in the sandbox before the session; the model never sees them
-    check = "grep -qx hello /app/hello.txt"  # after the session, same sandbox: exit 0 means success
+    check = "grep -qx hello /app/hello.txt"  # after the session, in a fresh sandbox with its /app: exit 0 is success
     time_limit = 90                        # seconds for the session
     step_limit = 8                         # turns for the session
     solution = [{bash = "echo hello > /app/hello.txt"}, {done = "wrote hello"}]  # one answer a turn
