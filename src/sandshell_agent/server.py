@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import pwd
@@ -11,7 +12,7 @@ import socket
 import time
 from typing import Any
 
-from . import AGENT_NAME, compiled, cpus, files, procs
+from . import AGENT_NAME, compiled, cpus, files, listing, procs
 from .channel import Channel, error
 from .diskguard import DiskGuard
 from .execution import Runner
@@ -103,6 +104,8 @@ class Agent:
             self._file(kind, rid, frame)
         elif kind == "state":
             send({"type": "state", "id": rid, **files.model_state(self.cfg.state_limit)})
+        elif kind == "list":
+            self._list(rid)
         elif kind == "ack":
             self.channel.window.ack(rid, frame.get("seq"))
         elif kind == "hello":
@@ -133,6 +136,20 @@ class Agent:
         else:
             result = files.write_text(path, content, bool(frame.get("append")), self._owner_for(path))
             self.channel.send({"type": "written", "id": rid, **result})
+
+    def _list(self, rid: Any) -> None:
+        """The workspace listed for the host's quick copy back (listing.py): base64 parts, the last one
+        `more: false`; an error when a bound was reached or a folder could not be read."""
+        try:
+            records = listing.walk(self.cfg.workdir)
+        except (listing.TooBig, OSError) as e:
+            why = str(e) if isinstance(e, listing.TooBig) else f"a folder could not be read ({e.strerror})"
+            self.channel.send(error(rid, "unlisted", why))
+            return
+        parts = [records[i : i + listing.PART] for i in range(0, len(records), listing.PART)] or [b""]
+        for n, part in enumerate(parts):
+            data = base64.b64encode(part).decode("ascii")
+            self.channel.send({"type": "listing", "id": rid, "data": data, "more": n < len(parts) - 1})
 
     def _owner_for(self, path: str) -> tuple[int, int] | None:
         inside = path == self.cfg.workdir or path.startswith(self.cfg.workdir.rstrip("/") + "/")

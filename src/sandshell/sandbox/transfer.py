@@ -85,7 +85,11 @@ def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> No
                 raise SandboxError(
                     f"/app holds more than {limit + TAR_SLACK} bytes; not copied back (the workspace is as before)"
                 )
-            out.write(chunk)
+            if chunk.count(0) == len(chunk):  # a sparse file's holes, which the engine writes out: holes here too
+                out.seek(len(chunk), os.SEEK_CUR)
+            else:
+                out.write(chunk)
+        out.truncate()
     except docker.errors.NotFound:
         raise SandboxError("the sandbox container is gone; /app could not be copied back") from None
     except docker.errors.APIError as e:
@@ -149,17 +153,20 @@ class Sync:
     others copy only what changed since the last copy or the start when they can (delta.py),
     everything otherwise."""
 
-    def __init__(self, workspace: Path, settings: Settings, log: Callable[[str], None]) -> None:
-        self.workspace, self.settings, self.log = workspace, settings, log
+    def __init__(
+        self, workspace: Path, settings: Settings, log: Callable[[str], None], lister: Callable[[], bytes | None]
+    ) -> None:
+        """`lister` asks the agent for /app's listing (None when it cannot: the full copy follows)."""
+        self.workspace, self.settings, self.log, self.lister = workspace, settings, log, lister
         self.last = time.monotonic()
         self.listing: dict[str, str] | None = None  # /app as listed before the last copy, if nothing was refused
 
-    def begin(self, container: Any) -> None:
+    def begin(self) -> None:
         """A new container holds the workspace as it is here: its listing is the first to compare
         with, so even the first copy back is only what changed. The copy in is the last copy: the
         interval counts from here (a start that took longer than it, on a loaded engine, copied the
         untouched /app back after the first action)."""
-        self.listing = delta.listing(container) if copies_back(self.settings) else None
+        self.listing = delta.parse(self.lister()) if copies_back(self.settings) else None
         self.last = time.monotonic()
 
     def due(self, container: Any) -> None:
@@ -176,8 +183,17 @@ class Sync:
             if not quiet:
                 self.log(said)
             return said
-        listing = None if full else delta.listing(container)  # before the archive: later changes show next time
+        # Before the archive (later changes show next time); not at the end, where the channel is closed
+        # (a command's reader may hold it until then) and _fetch's own bound holds.
+        listing = None if full else delta.parse(self.lister())
         self.listing = None
+        limit = self.settings.workspace_limit
+        if listing is not None and limit and (size := delta.size(listing)) > limit:
+            self.log(
+                said := f"/app was not copied back: its files hold {size} bytes (sparse files counted at their "
+                f"full size), more than SANDSHELL_WORKSPACE_LIMIT ({limit}); the workspace is as before"
+            )
+            return said
         try:
             got = pull(container, self.workspace, self.settings.workspace_limit)
         except (SandboxError, OSError) as e:
@@ -197,15 +213,15 @@ class Sync:
 
     def _changes(self, container: Any) -> str:
         """Copy only what changed since the last copy; "" when everything must be copied instead."""
-        before, now = self.listing, delta.listing(container)
+        before, now = self.listing, delta.parse(self.lister())
         if before is None or now is None:
             return ""
         try:
             files, size, removed = delta.apply(
                 container, self.workspace, before, now, self.settings.workspace_limit, _fetch
             )
-        except Exception:  # the listing is the model's (its own `find` may print anything): any surprise
-            return ""  # means the full copy, which follows and is the truth
+        except Exception:  # what /app holds is the model's: any surprise means the full copy, which
+            return ""  # follows and is the truth
         self.listing = now
         return (
             f"/app copied back to {self.workspace}: {files} changed files, {size} bytes, {removed} removed "
