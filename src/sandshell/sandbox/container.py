@@ -224,7 +224,7 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
         container = client.containers.create(**spec.run_kwargs())
         if spec.archive:
-            with pack(spec.workspace, spec.sandbox_user()) as data:
+            with pack(spec.workspace, spec.sandbox_user(), spec.settings.workspace_limit) as data:
                 if spec.settings.workspace_mode == "ro":
                     fill_volume(client, spec.image, spec.volume, data, spec.labels())
                 else:

@@ -26,7 +26,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
-from sandshell.sandbox import delta, untar
+from sandshell.sandbox import delta, hosttree, untar
 from sandshell.sandbox.engine import copies_back
 from sandshell.sandbox.untar import Pulled, one_line
 
@@ -34,8 +34,9 @@ CHUNK = 1 << 20
 TAR_SLACK = 64 * 1024 * 1024  # a tar's headers and padding on top of the files' bytes
 
 
-def pack(folder: Path, user: tuple[int, int] | None = None) -> IO[bytes]:
-    """The folder's contents as a tar in a temporary file (rewound), owned by `user` if given."""
+def pack(folder: Path, user: tuple[int, int] | None = None, limit: int = 0) -> IO[bytes]:
+    """The folder's contents as a tar in a temporary file (rewound), owned by `user` if given; at most
+    `limit` bytes of files (apparent size), else SandboxError before anything is sent."""
 
     def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
         if user is not None:
@@ -44,11 +45,38 @@ def pack(folder: Path, user: tuple[int, int] | None = None) -> IO[bytes]:
         return info
 
     out = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for entry in sorted(folder.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=own)
+    holes = _Holes(out)
+    try:
+        with tarfile.open(fileobj=holes, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            hosttree.pack(tar, folder, hosttree.Bounds(bytes=limit), change=own)
+        out.truncate(holes.pos)
+    except hosttree.TooBig as e:
+        out.close()
+        raise SandboxError(f"the workspace {folder} cannot be copied in: {e}") from None
+    except OSError as e:
+        out.close()
+        raise SandboxError(f"the workspace {folder} cannot be copied in: {e.strerror or e}") from None
     out.seek(0)
     return out
+
+
+class _Holes:
+    """A file written with a hole for every block of zeros (a sparse file's, packed): the temporary
+    tar takes on the host the blocks the workspace takes."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.pos = out, out.tell()
+
+    def write(self, data: bytes) -> int:
+        if len(data) >= 4096 and data.count(0) == len(data):
+            self.out.seek(len(data), os.SEEK_CUR)
+        else:
+            self.out.write(data)
+        self.pos += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.pos
 
 
 def pull(container: Any, workspace: Path, limit: int) -> Pulled:
