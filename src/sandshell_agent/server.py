@@ -177,7 +177,7 @@ class Agent:
         self.cpus.keep(True)
         self.next.request(time.monotonic())
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
-            self._watch(time.monotonic())
+            self._watch(time.monotonic(), starting=True)
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
         self._settle()
 
@@ -223,12 +223,17 @@ class Agent:
             waits.append(command)
         return max(0.0, min(waits))
 
-    def _watch(self, now: float, ending: bool = False) -> None:
-        """The watchdogs' news: the running command's, or, between commands, the background's for the next result."""
+    def _watch(self, now: float, ending: bool = False, starting: bool = False) -> None:
+        """The watchdogs' news: the running command's, or, between commands, the background's for the next result.
+        `starting`: a command is about to start: the process count is read now (one read of the
+        cgroup's counter), so a fork bomb left in the background is stopped as the background's,
+        not in the middle of the next command."""
         runner = self.runner
         # As a command ends its process count is checked, unless it started no process at all.
         stop = runner.cmd is not None and runner.cmd.phase is None and not ending  # (woken by begin_kill below)
-        notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
+        before = runner.cmd.before if runner.cmd is not None else None
+        force = (ending and runner.alive.moved()) or starting
+        notice = self.watchdog.check(now, runner.shell.pid, force=force, stop=stop, before=before)
         oom = self.oom.check() if ending or runner.cmd is None else None  # (as the others' news: nothing to stop)
         disk = self.disk.take()
         if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
