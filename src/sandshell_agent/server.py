@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from . import AGENT_NAME, compiled, cpus, files, listing, procs
-from .channel import Channel, error
+from .channel import error
 from .diskguard import DiskGuard
 from .execution import Runner
 from .frames import FrameError, refusal
@@ -31,18 +31,11 @@ SPIN_SECONDS = 0.0003  # ... of which without sleeping (`_settle`)
 
 
 class Agent:
-    def __init__(
-        self, cfg: Config, listener: socket.socket | None = None, stdio: tuple[int, int] | None = None
-    ) -> None:
-        """Serve the host on a listening socket (with the token), or on stdin/stdout (`stdio`)."""
+    def __init__(self, cfg: Config, stdio: tuple[int, int]) -> None:
+        """Serve the host on stdin/stdout (`stdio`: the descriptors `stdio.seal` moved them to)."""
         self.cfg = cfg
         self.sel = Poller()
-        self.channel: Channel | StdioChannel
-        if stdio is not None:
-            self.channel = StdioChannel(*stdio, self.sel, cfg.max_frame, self._hello)
-        else:
-            assert listener is not None
-            self.channel = Channel(listener, self.sel, cfg.token, cfg.max_frame, self._hello)
+        self.channel = StdioChannel(*stdio, self.sel, cfg.max_frame, self._hello)
         self.pid1 = os.getpid() == 1  # then orphans are ours to reap
         uid = os.getuid()
         user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
@@ -269,14 +262,10 @@ class Agent:
                 if self.sel.get_map().get(key.fd) is not key:
                     continue  # unregistered (or its number reused) by an event before it in this turn
                 what = key.data
-                if what == "accept" and isinstance(channel, Channel):
-                    channel.accept()
-                elif what == "flush":
+                if what == "flush":
                     channel.flush()
-                elif what in ("pending", "client"):
-                    pending = what == "pending" and isinstance(channel, Channel)
-                    frames = channel.handshake(key.fileobj) if pending else channel.receive(mask)  # type: ignore[arg-type, union-attr]
-                    for frame in frames:
+                elif what == "client":
+                    for frame in channel.receive(mask):
                         if isinstance(frame, FrameError):
                             channel.send(error(None, frame.code, str(frame)))
                         else:

@@ -78,11 +78,7 @@ class Sandbox:
         image = ensure_image(self._docker, self.settings, self.log)
         self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image)
         self.container = create_container(self._docker, self._spec)
-        if self._spec.transport == "attach":
-            self.conn = AttachConnection(self._docker.api, self.container.id)
-        else:
-            spec, box = self._spec, self.container
-            self.conn = Connection(spec.address(box), spec.token, spec.peer(box))
+        self.conn = AttachConnection(self._docker.api, self.container.id)
         self._connect(resume=None, wait=15.0)
         self._sync.begin()  # /app as it came in, before the model touches it
 
@@ -99,8 +95,6 @@ class Sandbox:
             if not running(self.container):
                 said = self.conn.stderr[-1] if self.conn.stderr else last_log_line(self.container)
                 raise SandboxDied(f"the sandbox container stopped: {said}")
-            if self._spec.transport == "tcp":
-                self.conn.address = self._spec.address(self.container)
             time.sleep(pause)
             pause = min(pause * 2, 1.0)  # bounded and backed off: no reconnect storm
         raise SandboxError(f"the agent in the sandbox did not answer within {wait:.0f}s ({last})")
@@ -124,8 +118,6 @@ class Sandbox:
             self._sync.now(self.container, quiet=False, full=True)  # a dead container still gives its /app
             remove_container(self._docker, self.container, self._spec)
             self.container = None
-        if self._spec is not None:
-            self._spec.cleanup()
 
     def sync_workspace(self) -> str:
         """Copy /app back into the host folder now (archive transfer in rw mode); says what came back."""
