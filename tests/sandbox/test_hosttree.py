@@ -135,3 +135,22 @@ def test_a_copy_mode_start_takes_a_folder_nested_past_the_recursion_limit(worksp
     with Sandbox(workspace=workspace, settings=_base_settings(workspace_mode="copy")) as sb:
         r = sb.execute(f"cat /app/{BOTTOM}")
         assert r.output == "found\n", r
+
+
+@pytest.mark.docker
+def test_the_copy_back_replaces_a_folder_nested_past_the_recursion_limit(workspace: Path) -> None:
+    """Archive transfer: the model turns one deep folder into a file and another into a link; the
+    copy back takes both out of the host folder (shutil.rmtree raised RecursionError: not copied)."""
+    for name in ("x", "y"):
+        (workspace / name).mkdir()
+        _nest(workspace / name, DEEP)
+    settings = _base_settings(workspace_transfer="archive", sync_seconds=0.0, exit_timeout=30.0)
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        sb.execute("rm -rf /app/x /app/y && echo file > /app/x && ln -s x /app/y")
+        said = sb.sync_workspace()
+        assert "not copied back" not in said and "refused" not in said, said
+        assert (workspace / "x").read_text() == "file\n" and (workspace / "y").is_symlink()
+        sb.execute("echo more >> /app/x")
+        said = sb.sync_workspace()  # nothing deep left: the agent lists /app, the quick copy runs
+        assert "only what changed" in said and (workspace / "x").read_text() == "file\nmore\n", said
+    assert sorted(os.listdir(workspace)) == ["x", "y"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from sandshell.sandbox import dirfd, untar
+from sandshell.sandbox import dirfd, hosttree, untar
 
 MAX_LISTING = 64 << 20  # bytes of listing taken at most (the agent stops there too)
 MAX_KEPT = 400_000  # entries: a bigger /app is copied whole each time (~250 bytes kept an entry)
@@ -102,7 +101,7 @@ def apply(
     finally:
         staged.close()
         tree.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        hosttree.remove(staging.parent, staging.name)
     return len(files), size, len(gone)
 
 
@@ -137,7 +136,7 @@ def _clear(parent: int, name: str, keep_dir: bool = False) -> bool:
     if stat.S_ISDIR(st.st_mode):
         if keep_dir:
             return True
-        shutil.rmtree(name, dir_fd=parent)  # descriptor-based: never through a link
+        hosttree.remove_at(parent, name)  # by descriptor, never through a link, however deep
     else:
         os.unlink(name, dir_fd=parent)
     return False
@@ -184,7 +183,7 @@ def _file(container: Any, tree: untar.Tree, staged: untar.Tree, parts: list[str]
         try:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISDIR(os.lstat(parts[-1], dir_fd=parent).st_mode):
-                    shutil.rmtree(parts[-1], dir_fd=parent)  # a folder that became a file
+                    hosttree.remove_at(parent, parts[-1])  # a folder that became a file
             os.rename("new", parts[-1], src_dir_fd=staged.root, dst_dir_fd=parent)  # over a file: in one step
         finally:
             os.close(parent)

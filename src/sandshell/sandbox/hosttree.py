@@ -168,12 +168,13 @@ def remove(parent: Path, name: str) -> None:
     """Remove `parent/name` and, if a folder, all it holds, however deep; never through a link."""
     top = os.open(parent, DIR_FLAGS)
     try:
-        _remove_at(top, name)
+        remove_at(top, name)
     finally:
         os.close(top)
 
 
-def _remove_at(top: int, name: str) -> None:
+def remove_at(top: int, name: str) -> None:
+    """Remove `name` in the folder `top` (a descriptor) as `remove` does."""
     try:
         st = os.lstat(name, dir_fd=top)
     except FileNotFoundError:

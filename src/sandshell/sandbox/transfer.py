@@ -100,7 +100,7 @@ def pull(container: Any, workspace: Path, limit: int) -> Pulled:
             _mirror(staging, workspace)
             return pulled
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            hosttree.remove(staging.parent, staging.name)
 
 
 def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> None:
@@ -151,11 +151,7 @@ def _mirror(new: Path, target: Path) -> None:
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    hosttree.remove(path.parent, path.name)  # by descriptor, never through a link, however deep
 
 
 def fill_volume(client: Any, image: str, volume: str, data: IO[bytes], labels: dict[str, str]) -> None:
