@@ -16,8 +16,8 @@ from .wrapper import STOP_SIGNAL
 
 SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
 INPUT_LOST = (
-    "the command closed or replaced the shell's own input (`exec N<&-`), so the shell could read no further"
-    " command (the command's own exit status was {}); a new shell started with the state saved after it"
+    "the shell could read no further command after this one (its own input closed or replaced, as by"
+    " `exec N<&-`; the command's own exit status was {}); a new shell started with the state saved after it"
 )
 BROKEN = (
     "the command did not run: the shell's `set` or `eval` builtin was disabled (enable -n) and could not be"

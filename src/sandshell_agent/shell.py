@@ -221,15 +221,23 @@ class Shell:
         return self.setup_done
 
     def input_lost(self) -> bool:
-        """Whether bash no longer holds its input where it held it as its first command ended (the
-        command closed or replaced it: `exec 202<&-`): it can read no next command. False when its
-        descriptors cannot be looked at (a shell made non-dumpable)."""
+        """Whether bash can read no next command after the one that just reported its status: its input
+        is gone from where it held it as its first command ended (`exec 202<&-`), or it has ended
+        on its own (a command's `exit` writes no status; a shell killed in its save, by a signal
+        such as `ulimit -f 0`'s, is said on the next result as before)."""
+        if self.alive() and not self._input_gone():
+            return False
+        code = self.exit_code(wait=0.2)  # ended, or ending (its descriptors close as it exits)
+        return code is None or code < 128
+
+    def _input_gone(self) -> bool:
+        """Whether bash's input is gone from where it was (False when that cannot be looked at)."""
         if not self.input_fds:
             fds = self._input_fds()
             if fds is None:
                 return False
             self.input_fds = fds
-            return not fds and self.alive()
+            return not fds
         for n in self.input_fds:
             try:
                 if os.stat(f"/proc/{self.pid}/fd/{n}").st_ino == self.input_ino:
@@ -238,7 +246,7 @@ class Shell:
                 return False
             except OSError:
                 continue
-        return self.alive()  # (a shell that died, in its save say, shows no descriptor: said as before)
+        return True
 
     def _input_fds(self) -> tuple[int, ...] | None:
         try:

@@ -29,18 +29,21 @@ def test_a_command_that_takes_the_shells_input_away_is_not_a_success(workspace: 
         sb.execute("export KEPT=yes; cd /tmp")
         r = sb.execute(command)
         assert not r.ok and r.return_code is None, r
-        assert r.error and "the shell's own input" in r.error and "a new shell started" in r.error, r
+        assert r.error and "could read no further command" in r.error and "a new shell started" in r.error, r
         after = sb.execute("echo $KEPT $PWD")
         assert after.ok and after.notice is None and after.output == "yes /tmp\n", after  # nothing blamed here
 
 
 def test_closing_its_standard_input_is_the_commands_own_business(workspace: Path) -> None:
-    """`exec 0<&-` takes nothing from the shell (it reads its commands elsewhere): an exit 0 as it was."""
+    """`exec 0<&-` takes nothing from the shell (it reads its commands elsewhere): an exit 0 as it was;
+    `exit 2` is the command's own end, said as such."""
     with Sandbox(workspace=workspace, settings=_base_settings(exit_timeout=5.0)) as sb:
         for command in ("exec 0<&-", "exec <&-", "exec 0</dev/null"):
             r = sb.execute(command)
             assert r.ok and r.error is None, r
         assert sb.execute("echo next").output == "next\n"
+        r = sb.execute("exit 2")  # the shell's end, with its own status: not taken for a lost input
+        assert r.return_code == 2 and "input" not in (r.error or ""), r
 
 
 def test_a_fork_bomb_left_in_the_background_is_not_blamed_on_the_next_command(workspace: Path) -> None:
