@@ -1,6 +1,6 @@
 """Sandbox benchmarks: round trip, throughput and host memory, against `docker exec` on the same container.
 
-Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1] [--transport attach|unix]
+Run: .venv/bin/python bench/sandbox_bench.py [--runs 200] [--mb 100] [--gb 1]
      [--tls-engine | --ssh-engine]
 --tls-engine runs it all on a second dockerd on 127.0.0.1 with mutual TLS (tests/engines.py), the
 workspace copied in through the API; `docker exec` then goes there too (DOCKER_HOST, DOCKER_CERT_PATH).
@@ -242,7 +242,6 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--gb", type=int, default=1)
     ap.add_argument("--settle", type=float, default=1.0, help="seconds after the start timed apart (see round_trips)")
-    ap.add_argument("--transport", default="attach", choices=["attach", "unix", "tcp"])
     ap.add_argument("--tls-engine", action="store_true", help="on a second dockerd with mutual TLS")
     ap.add_argument("--ssh-engine", action="store_true", help="on this machine's engine through ssh://")
     ap.add_argument("--shell-loop", default="auto", choices=["auto", "off"], help="off: the bash functions alone")
@@ -250,9 +249,7 @@ def main() -> None:
     ap.add_argument("--shell-cpu", default="any", choices=["any", "shared"], help="shared: agent and bash on one CPU")
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
-    settings = settings.replace(
-        transport=args.transport, shell_loop=args.shell_loop, agent_code=args.agent_code, shell_cpu=args.shell_cpu
-    )
+    settings = settings.replace(shell_loop=args.shell_loop, agent_code=args.agent_code, shell_cpu=args.shell_cpu)
     if not args.tls_engine and not args.ssh_engine:
         return run(settings, args)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines

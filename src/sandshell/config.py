@@ -105,13 +105,6 @@ class Settings:
     image: str = _f(
         "SANDSHELL_IMAGE", "sandshell-sandbox", "name of the sandbox image (its tag is a hash of what builds it)"
     )
-    transport: Literal["attach", "unix", "tcp"] = _f(
-        "SANDSHELL_TRANSPORT",
-        "attach",
-        "attach (the agent's stdin/stdout through the Docker API: nothing inside can reach it; works on any "
-        "engine); unix or tcp (a token-guarded socket, for debugging: its folder is bound in, so a process "
-        "inside can try tokens)",
-    )
     docker_host: str = _f(
         "SANDSHELL_DOCKER_HOST",
         "",
@@ -143,11 +136,6 @@ class Settings:
         30.0,
         "archive transfer in rw mode: after an action, copy /app back to the host folder when this many "
         "seconds passed since the last copy (0: only at the end and when asked)",
-    )
-    runtime_dir: str = _f(
-        "SANDSHELL_RUNTIME_DIR",
-        "",
-        "where session sockets live; empty: $XDG_RUNTIME_DIR/sandshell or /tmp/sandshell-UID",
     )
     memory: str = _f("SANDSHELL_MEMORY", "2g", "container memory limit (docker units)")
     cpus: float = _f("SANDSHELL_CPUS", 1.0, "container CPU limit")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import sys
 import tarfile
 import time
@@ -14,6 +14,7 @@ from sandshell.config import Settings
 from sandshell.errors import SandshellError
 from sandshell.model.genconfig import STARTER
 from sandshell.safe_text import say
+from sandshell.sandbox import hosttree
 
 STARTER_SYSTEM = """# My own instructions
 I may rewrite this file to remember what I learn about this machine and how to reach my goal.
@@ -36,17 +37,33 @@ def init_workspace(settings: Settings) -> Path:
     return ws
 
 
-def archive(ws: Path, dest: Path) -> Path:
-    """Write `ws` into a timestamped .tar.gz under `dest` (symlinks kept as links, never followed)."""
+def archive(ws: Path, dest: Path, limit: int = 0) -> Path:
+    """Write `ws` into a timestamped .tar.gz under `dest` (links kept as links, never followed; at most
+    `limit` bytes of files, apparent size); on any failure no archive is left."""
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"workspace-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
     n = 1
     while path.exists():
         path = dest / f"workspace-{time.strftime('%Y%m%d-%H%M%S')}-{n}.tar.gz"
         n += 1
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(ws, arcname="workspace")
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(_folder_info(ws, "workspace"))
+            hosttree.pack(tar, ws, hosttree.Bounds(bytes=limit), prefix="workspace/")
+        partial.rename(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path
+
+
+def _folder_info(folder: Path, name: str) -> tarfile.TarInfo:
+    st = folder.lstat()
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, st.st_mode & 0o7777, int(st.st_mtime)
+    info.uid, info.gid = st.st_uid, st.st_gid
+    return info
 
 
 def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
@@ -61,17 +78,17 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
             return 1
     if ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
         try:
-            saved = archive(ws, ws.parent / f"{ws.name}-archive")
+            saved = archive(ws, ws.parent / f"{ws.name}-archive", settings.workspace_limit)
+        except hosttree.TooBig as e:
+            raise SandshellError(
+                f"the workspace was not archived: {e}; nothing was changed (move it aside yourself, or raise the limit)"
+            ) from None
         except OSError as e:
             raise SandshellError(f"cannot archive the workspace ({e.strerror or e}); nothing was changed") from None
         say(f"the old workspace is kept in {saved}")
-        for entry in ws.iterdir():
-            if entry.name in KEEP:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        for name in sorted(os.listdir(ws)):
+            if name not in KEEP:
+                hosttree.remove(ws, name)
     init_workspace(settings)
     say(f"workspace {ws} is fresh: goal, system.md and config.json written")
     try:

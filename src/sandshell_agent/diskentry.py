@@ -31,7 +31,10 @@ class Folder(NamedTuple):
 
 
 def bytes_of(st: os.stat_result) -> int:
-    return max(st.st_blocks * 512, FLOOR)
+    """Its blocks, or its apparent size if larger: a sparse file (`truncate -s 1G`) takes one block
+    here but its whole size in every copy, pack or archive of the workspace (2 TB of apparent size
+    had counted 8 MB)."""
+    return max(st.st_blocks * 512, st.st_size, FLOOR)
 
 
 def let_in(path: str, dir_fd: int | None = None) -> bool:

@@ -15,6 +15,10 @@ from .shell import Shell
 from .wrapper import STOP_SIGNAL
 
 SAVE_WAIT = 2.0  # seconds bash may take to save its state after a command before it is replaced
+INPUT_LOST = (
+    "the shell could read no further command after this one (its own input closed or replaced, as by"
+    " `exec N<&-`; the command's own exit status was {}); a new shell started with the state saved after it"
+)
 BROKEN = (
     "the command did not run: the shell's `set` or `eval` builtin was disabled (enable -n) and could not be"
     " enabled again; a new shell started with the state saved before"
@@ -152,7 +156,8 @@ class Runner:
             if self.cmd is not None:
                 if not drained:  # what the command wrote before its status is all there by now
                     self._drain_output()
-                restart = status.broken or self.cmd.phase is not None
+                lost = not status.broken and self.cmd.phase is None and self.shell.input_lost()
+                restart = status.broken or self.cmd.phase is not None or lost
                 if restart:
                     # The shell was sent USR2 but ended the command first (the trap still pending
                     # would end it under the next command), or the builtins the wrapper needs are
@@ -162,12 +167,13 @@ class Runner:
                     self._kill_stopped_tree()
                     self.stop_shell()
                     self.start_shell(restore=True)
-                code = None if status.broken else status.code
+                code = None if status.broken or lost else status.code
+                why = BROKEN if status.broken else INPUT_LOST.format(status.code) if lost else None
                 self._finish(
                     code,
                     syntax_error=status.syntax_error,
                     restarted=restart,
-                    **({"error": BROKEN} if status.broken else {}),
+                    **({"error": why} if why else {}),
                 )
             return
         if not dead:

@@ -127,6 +127,28 @@ def spawned_since(before: dict[int, int], shell_pid: int, keep: set[int]) -> lis
     return ours
 
 
+def not_the_commands(before: dict[int, int], shell_pid: int, keep: set[int]) -> int:
+    """How many processes the running command did not start: those alive before it, those under one
+    of them, and orphans (their parent ended: under init, whoever started them)."""
+    tree = parents()
+    theirs = 0
+    for pid, (parent, started) in tree.items():
+        if pid in keep or pid == shell_pid or pid in _protected:
+            continue
+        node, older = parent, before.get(pid) == started
+        while not older and node != shell_pid:
+            if node in (0, 1) or node not in tree:
+                older = True  # orphaned
+            elif node in keep:
+                break
+            elif before.get(node) == tree[node][1]:
+                older = True
+            else:
+                node = tree[node][0]
+        theirs += older
+    return theirs
+
+
 def signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:

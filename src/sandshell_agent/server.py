@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import pwd
@@ -11,8 +12,8 @@ import socket
 import time
 from typing import Any
 
-from . import AGENT_NAME, compiled, cpus, files, procs
-from .channel import Channel, error
+from . import AGENT_NAME, compiled, cpus, files, listing, procs
+from .channel import error
 from .diskguard import DiskGuard
 from .execution import Runner
 from .frames import FrameError, refusal
@@ -30,18 +31,11 @@ SPIN_SECONDS = 0.0003  # ... of which without sleeping (`_settle`)
 
 
 class Agent:
-    def __init__(
-        self, cfg: Config, listener: socket.socket | None = None, stdio: tuple[int, int] | None = None
-    ) -> None:
-        """Serve the host on a listening socket (with the token), or on stdin/stdout (`stdio`)."""
+    def __init__(self, cfg: Config, stdio: tuple[int, int]) -> None:
+        """Serve the host on stdin/stdout (`stdio`: the descriptors `stdio.seal` moved them to)."""
         self.cfg = cfg
         self.sel = Poller()
-        self.channel: Channel | StdioChannel
-        if stdio is not None:
-            self.channel = StdioChannel(*stdio, self.sel, cfg.max_frame, self._hello)
-        else:
-            assert listener is not None
-            self.channel = Channel(listener, self.sel, cfg.token, cfg.max_frame, self._hello)
+        self.channel = StdioChannel(*stdio, self.sel, cfg.max_frame, self._hello)
         self.pid1 = os.getpid() == 1  # then orphans are ours to reap
         uid = os.getuid()
         user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
@@ -103,6 +97,8 @@ class Agent:
             self._file(kind, rid, frame)
         elif kind == "state":
             send({"type": "state", "id": rid, **files.model_state(self.cfg.state_limit)})
+        elif kind == "list":
+            self._list(rid)
         elif kind == "ack":
             self.channel.window.ack(rid, frame.get("seq"))
         elif kind == "hello":
@@ -134,6 +130,20 @@ class Agent:
             result = files.write_text(path, content, bool(frame.get("append")), self._owner_for(path))
             self.channel.send({"type": "written", "id": rid, **result})
 
+    def _list(self, rid: Any) -> None:
+        """The workspace listed for the host's quick copy back (listing.py): base64 parts, the last one
+        `more: false`; an error when a bound was reached or a folder could not be read."""
+        try:
+            records = listing.walk(self.cfg.workdir)
+        except (listing.TooBig, OSError) as e:
+            why = str(e) if isinstance(e, listing.TooBig) else f"a folder could not be read ({e.strerror})"
+            self.channel.send(error(rid, "unlisted", why))
+            return
+        parts = [records[i : i + listing.PART] for i in range(0, len(records), listing.PART)] or [b""]
+        for n, part in enumerate(parts):
+            data = base64.b64encode(part).decode("ascii")
+            self.channel.send({"type": "listing", "id": rid, "data": data, "more": n < len(parts) - 1})
+
     def _owner_for(self, path: str) -> tuple[int, int] | None:
         inside = path == self.cfg.workdir or path.startswith(self.cfg.workdir.rstrip("/") + "/")
         return self.cfg.owner if inside and os.geteuid() == 0 else None
@@ -160,7 +170,7 @@ class Agent:
         self.cpus.keep(True)
         self.next.request(time.monotonic())
         with self.disk.tripping:  # a trip under way ends first; its news goes with this command as past news
-            self._watch(time.monotonic())
+            self._watch(time.monotonic(), starting=True)
             self.runner.run(rid, command.encode(), min(max(timeout, 0.1), self.cfg.max_timeout))
         self._settle()
 
@@ -206,12 +216,17 @@ class Agent:
             waits.append(command)
         return max(0.0, min(waits))
 
-    def _watch(self, now: float, ending: bool = False) -> None:
-        """The watchdogs' news: the running command's, or, between commands, the background's for the next result."""
+    def _watch(self, now: float, ending: bool = False, starting: bool = False) -> None:
+        """The watchdogs' news: the running command's, or, between commands, the background's for the next result.
+        `starting`: a command is about to start: the process count is read now (one read of the
+        cgroup's counter), so a fork bomb left in the background is stopped as the background's,
+        not in the middle of the next command."""
         runner = self.runner
         # As a command ends its process count is checked, unless it started no process at all.
         stop = runner.cmd is not None and runner.cmd.phase is None and not ending  # (woken by begin_kill below)
-        notice = self.watchdog.check(now, runner.shell.pid, force=ending and runner.alive.moved(), stop=stop)
+        before = runner.cmd.before if runner.cmd is not None else None
+        force = (ending and runner.alive.moved()) or starting
+        notice = self.watchdog.check(now, runner.shell.pid, force=force, stop=stop, before=before)
         oom = self.oom.check() if ending or runner.cmd is None else None  # (as the others' news: nothing to stop)
         disk = self.disk.take()
         if disk is not None and (runner.cmd is None or ending):  # the shell itself is done: it goes on
@@ -247,14 +262,10 @@ class Agent:
                 if self.sel.get_map().get(key.fd) is not key:
                     continue  # unregistered (or its number reused) by an event before it in this turn
                 what = key.data
-                if what == "accept" and isinstance(channel, Channel):
-                    channel.accept()
-                elif what == "flush":
+                if what == "flush":
                     channel.flush()
-                elif what in ("pending", "client"):
-                    pending = what == "pending" and isinstance(channel, Channel)
-                    frames = channel.handshake(key.fileobj) if pending else channel.receive(mask)  # type: ignore[arg-type, union-attr]
-                    for frame in frames:
+                elif what == "client":
+                    for frame in channel.receive(mask):
                         if isinstance(frame, FrameError):
                             channel.send(error(None, frame.code, str(frame)))
                         else:

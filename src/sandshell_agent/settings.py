@@ -9,7 +9,6 @@ class Config:
     """The agent's settings, passed by the host as environment variables."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.token = env.get("SANDSHELL_TOKEN", "")
         self.max_frame = int(env.get("SANDSHELL_MAX_FRAME", str(8 * 1024 * 1024)))
         self.max_timeout = float(env.get("SANDSHELL_MAX_TIMEOUT", "600"))
         self.kill_grace = float(env.get("SANDSHELL_KILL_GRACE", "1.0"))

@@ -76,6 +76,8 @@ class Shell:
         self.unreachable: str | None = None  # the cwd the last start wanted and could not enter
         self.proc: subprocess.Popen[bytes] | None = None
         self.control = -1  # bash's stdin: the lines that run commands (non-blocking)
+        self.input_ino = 0  # bash's end of it
+        self.input_fds: tuple[int, ...] = ()  # where bash holds it, as its first command ended
         self.unsent = bytearray()  # what bash has not read of them yet
         self.status_r = -1
         self.stdout_r = -1
@@ -121,6 +123,7 @@ class Shell:
         out_r, out_w = _channel(OUTPUT_BUFFER)
         err_r, err_w = _channel(OUTPUT_BUFFER)
         self.control, control_r = _channel()
+        self.input_ino, self.input_fds = os.fstat(control_r).st_ino, ()
         if self.ready_r >= 0:
             os.close(self.ready_r)
         self.ready_r, ready_w = _channel()  # (a socket: a pipe's end can be reopened through /proc for reading)
@@ -216,6 +219,48 @@ class Shell:
             except BlockingIOError:  # still held open: by a shell in its setup, or what that started
                 pass
         return self.setup_done
+
+    def input_lost(self) -> bool:
+        """Whether bash can read no next command after the one that just reported its status: its input
+        is gone from where it held it as its first command ended (`exec 202<&-`), or it has ended
+        on its own (a command's `exit` writes no status; a shell killed in its save, by a signal
+        such as `ulimit -f 0`'s, is said on the next result as before)."""
+        if self.alive() and not self._input_gone():
+            return False
+        code = self.exit_code(wait=0.2)  # ended, or ending (its descriptors close as it exits)
+        return code is None or code < 128
+
+    def _input_gone(self) -> bool:
+        """Whether bash's input is gone from where it was (False when that cannot be looked at)."""
+        if not self.input_fds:
+            fds = self._input_fds()
+            if fds is None:
+                return False
+            self.input_fds = fds
+            return not fds
+        for n in self.input_fds:
+            try:
+                if os.stat(f"/proc/{self.pid}/fd/{n}").st_ino == self.input_ino:
+                    return False
+            except PermissionError:
+                return False
+            except OSError:
+                continue
+        return True
+
+    def _input_fds(self) -> tuple[int, ...] | None:
+        try:
+            names = os.listdir(f"/proc/{self.pid}/fd")
+        except OSError:
+            return None
+        found = []
+        for name in names:
+            try:
+                if os.stat(f"/proc/{self.pid}/fd/{name}").st_ino == self.input_ino:
+                    found.append(int(name))
+            except (OSError, ValueError):
+                continue
+        return tuple(found)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -45,11 +45,15 @@ class PidWatchdog:
                 pass
         return sum(1 for name in os.listdir("/proc") if name.isdigit())
 
-    def check(self, now: float, shell_pid: int, force: bool = False, stop: bool = False) -> str | None:
+    def check(
+        self, now: float, shell_pid: int, force: bool = False, stop: bool = False, before: dict[int, int] | None = None
+    ) -> str | None:
         """Kill the shell's descendants when the process count nears the limit; returns a notice.
         `stop`: a command runs, which this ends: the shell is stopped first, so that nothing more of
         its line runs once its processes are killed (`echo never` after a fork bomb ran); the agent
-        then ends the line as at a timeout, which wakes the shell."""
+        then ends the line as at a timeout, which wakes the shell. `before`: the processes alive as
+        that command started; the notice says how many of those killed it did not start (a fork bomb
+        an earlier command left in the background is not this one's doing)."""
         if not self.pids_limit or (now < self.next_check and not force):
             return None
         self.next_check = now + CHECK_EVERY
@@ -58,11 +62,17 @@ class PidWatchdog:
             return None
         if stop:
             procs.signal_all([shell_pid], signal.SIGSTOP)
-        killed = procs.kill_all({}, shell_pid, {os.getpid(), 1})
-        return (
-            f"{count} processes reached the limit of {self.pids_limit}: "
-            f"{killed} processes started from the shell were killed"
-        )
+        keep = {os.getpid(), 1}
+        theirs = procs.not_the_commands(before, shell_pid, keep) if before is not None else 0
+        killed = procs.kill_all({}, shell_pid, keep)
+        said = f"{count} processes reached the limit of {self.pids_limit}: {killed} processes started from the shell"
+        said += " were killed"
+        if theirs:
+            said += (
+                f"; {theirs} of them were not started by this command (left running by an earlier one, or orphaned:"
+                " their parent had ended), and this command was stopped with them"
+            )
+        return said
 
 
 class OomScoreWatch:

@@ -184,24 +184,6 @@ def test_the_guard_allows_no_more_than_the_caller_may(sb: Sandbox) -> None:
     sb.execute("rm -rf /tmp/priv")
 
 
-@pytest.mark.parametrize("transport", ["unix", "tcp"])
-def test_every_transport_runs_the_agent_as_an_untraceable_pid_1(
-    workspace: Path, settings: Settings, transport: str
-) -> None:
-    """With Docker's init as PID 1 and the agent traceable, a process inside ran `chmod` in them
-    through ptrace, outside the filter (a set-uid root shell in the host folder), and could stop
-    the agent with SIGSTOP."""
-    with Sandbox(workspace=workspace, settings=settings.replace(transport=transport)) as sb:
-        r = sb.execute(
-            "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/environ >/dev/null 2>&1 && echo read-environ;"
-            " python3 -c 'import ctypes; print(\"ptrace\", ctypes.CDLL(None).ptrace(16, 1, 0, 0))'; kill -STOP 1"
-        )
-        assert "sandshell_agent" in r.output and "read-environ" not in r.output, r.output
-        assert "ptrace -1" in r.output, r.output
-        assert sb.ping() < 1.0
-        assert sb.execute("echo alive").output == "alive\n"
-
-
 def test_an_agent_that_cannot_install_the_filter_refuses_to_start_in_one_sentence() -> None:
     """A kernel or engine profile without seccomp filters: the agent stops before any shell exists,
     and says why (the host shows the agent's last stderr line when it dies)."""
@@ -311,3 +293,19 @@ def test_calls_right_after_a_refusal_are_refused_without_counting_again(monkeypa
     assert not watchers.allowed(stranger, now=200.0)
     monkeypatch.setattr(watchers, "held", lambda agent: 0)  # the model closed its instances meanwhile
     assert [watchers.allowed(stranger, now=200.0 + i * 0.2) for i in range(1, 4)] == [False, True, True]
+
+
+@pytest.mark.docker
+def test_the_agent_runs_as_an_untraceable_pid_1(workspace: Path, settings: Settings) -> None:
+    """With Docker's init as PID 1 and the agent traceable, a process inside ran `chmod` in them
+    through ptrace, outside the filter (a set-uid root shell in the host folder), and could stop
+    the agent with SIGSTOP."""
+    with Sandbox(workspace=workspace, settings=settings) as sb:
+        r = sb.execute(
+            "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/environ >/dev/null 2>&1 && echo read-environ;"
+            " python3 -c 'import ctypes; print(\"ptrace\", ctypes.CDLL(None).ptrace(16, 1, 0, 0))'; kill -STOP 1"
+        )
+        assert "sandshell_agent" in r.output and "read-environ" not in r.output, r.output
+        assert "ptrace -1" in r.output, r.output
+        assert sb.ping() < 1.0
+        assert sb.execute("echo alive").output == "alive\n"

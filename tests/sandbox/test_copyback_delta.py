@@ -1,20 +1,19 @@
 """Copying back only what changed (delta.py): the periodic copy and `w` no longer tar all of /app.
 
 On the local engine with workspace_transfer="archive" (the code path of a remote engine). The
-listing comes from inside, so the model can lie in it: tests below lie, and put links where the
-changes would go; the worst a lie may do is make the full copy run.
+listing comes from the agent, never from a program in the image the model may have replaced; the
+tests below replace them, and put links where the changes would go.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from sandshell.config import Settings
-from sandshell.sandbox import delta, transfer
+from sandshell.sandbox import transfer
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings
 
@@ -73,60 +72,56 @@ def test_links_and_fifos_take_the_full_copy(archive: Settings, workspace: Path) 
         assert ONLY in sb.sync_workspace()
 
 
-def _fake_find(sb: Sandbox, prints: str) -> None:
-    script = f'#!/bin/sh\nprintf "{prints}"\n'
-    r = sb.execute(f"cat > /usr/local/bin/find <<'EOF'\n{script}EOF\nchmod 755 /usr/local/bin/find; echo ok")
-    assert r.output.endswith("ok\n"), r
+# A program of the model's in place of the image's own: it says it ran (a marker in /app, which the
+# copy back would bring home) and does what the attack did, outside the agent's filter and limits:
+# a big `fallocate`, the environment (a socket transport's token) read out.
+HOSTILE = r"""#!/bin/sh
+env > /app/.ran-$(basename "$0")
+fallocate -l 2G /app/.big-$(basename "$0") 2>/dev/null
+exit 0
+"""
 
 
-def test_a_lying_listing_only_makes_the_full_copy_run(archive: Settings, workspace: Path) -> None:
-    """The model puts its own `find` first on PATH: first it names a path out of /app, then it
-    calls a link out a plain file that changed. Nothing outside is touched, no link out comes
-    back; the full copy runs instead and brings the truth."""
-    (workspace.parent / "secret").write_text("outside\n")
+@pytest.mark.docker
+def test_the_host_never_runs_the_models_find_or_tar(archive: Settings, workspace: Path) -> None:
+    """The standard profile's model is root over the image: it replaces `find` and `tar` where the
+    engine's exec would find them. Neither runs, whatever copy back happens (quick, full, the last)."""
     with Sandbox(workspace=workspace, settings=archive) as sb:
-        sb.sync_workspace()
-        _fake_find(sb, r"f 644 1 5 1.0 1 ../secret\0")
-        sb.execute("ln -s /etc/passwd /app/x")
+        r = sb.execute(
+            "for b in /usr/bin/find /bin/tar /usr/bin/tar /usr/local/bin/find /usr/local/bin/tar; do"
+            f" cat > $b <<'EOF'\n{HOSTILE}EOF\nchmod 755 $b; done; echo x > /app/x; echo ok"
+        )
+        assert r.output.endswith("ok\n"), r
         said = sb.sync_workspace()
-        assert ONLY not in said and "1 refused" in said, said
-        sb.execute("rm /app/x && echo real > /app/x")
+        assert ONLY in said and (workspace / "x").read_text() == "x\n", said  # listed, by the agent
+        sb.execute("echo y > /app/y && ln -s y /app/alias")  # a link: the full copy
         said = sb.sync_workspace()
-        assert ONLY not in said and (workspace / "x").read_text() == "real\n", said
-        _fake_find(sb, r"f 644 1 5 $(date +%s.%N) 2 x\0")  # x always looks changed
-        assert ONLY not in sb.sync_workspace()  # the last one made no listing: whole
-        assert ONLY in sb.sync_workspace()
-        sb.execute("rm /app/x && ln -s /etc/passwd /app/x")
-        said = sb.sync_workspace()
-        assert ONLY not in said and "1 refused" in said, said
-        assert not (workspace / "x").is_symlink() and not (workspace / "x").exists()
-    assert (workspace.parent / "secret").read_text() == "outside\n"
+        assert ONLY not in said and (workspace / "y").read_text() == "y\n", said
+        assert not [p.name for p in workspace.iterdir() if p.name.startswith(".")]
+    assert sorted(p.name for p in workspace.iterdir()) == ["alias", "x", "y"]  # the last copy: no marker either
 
 
-def test_a_listing_with_a_malformed_field_only_makes_the_full_copy_run(archive: Settings, workspace: Path) -> None:
-    """A `find` of the model's that prints a folder whose mode is not a number: the quick copy
-    parsed it and its ValueError went past the copy back's fallback."""
-    with Sandbox(workspace=workspace, settings=archive) as sb:
-        sb.sync_workspace()
-        sb.execute("echo real > /app/y")
-        _fake_find(sb, r"d zz 1 5 1.0 3 sub\0")
+@pytest.mark.docker
+def test_sparse_files_past_the_limit_never_come_back_dense(workspace: Path) -> None:
+    """`truncate -s 40M` (under the file limit) many times takes no blocks: the workspace limit counts
+    what a copy will write, so it trips, the copy back is refused before it writes, and a sparse file
+    under the limit comes back sparse (quick or full)."""
+    limit = 50_000_000
+    s = _base_settings(exit_timeout=30.0, workspace_transfer="archive", sync_seconds=0.0, workspace_limit=limit)
+    with Sandbox(workspace=workspace, settings=s) as sb:
+        r = sb.execute("cd /app && for i in $(seq 40); do truncate -s 40M s$i; sleep 0.05; done; echo after")
+        assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r
         said = sb.sync_workspace()
-        assert ONLY not in said and (workspace / "y").read_text() == "real\n", said
-
-
-def test_a_find_that_never_ends_holds_the_copy_only_briefly(
-    archive: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(delta, "LIST_SECONDS", 2)
-    with Sandbox(workspace=workspace, settings=archive) as sb:
-        sb.sync_workspace()
-        r = sb.execute("printf '#!/bin/sh\\nexec sleep 600\\n' > /usr/local/bin/find; chmod 755 /usr/local/bin/find")
-        assert r.return_code == 0, r
-        sb.execute("echo x > /app/x")
-        start = time.monotonic()
-        said = sb.sync_workspace()  # the listing gives up at 2 s, the whole copy follows
-        assert ONLY not in said and (workspace / "x").read_text() == "x\n", said
-        assert time.monotonic() - start < 2 + 10
+        assert "not copied back" in said and "SANDSHELL_WORKSPACE_LIMIT" in said, said
+        sb.execute("cd /app && rm -f s* && truncate -s 20M sparse && echo data > small")
+        said = sb.sync_workspace()  # the whole (the last copy was refused)
+        assert ONLY not in said and "2 files" in said, said
+        sb.execute("cd /app && truncate -s 20M sparse2")
+        said = sb.sync_workspace()
+        assert ONLY in said and "1 changed files" in said, said
+    for sparse in (workspace / "sparse", workspace / "sparse2"):  # a hole here too, both ways
+        assert sparse.stat().st_size == 20 << 20 and sparse.stat().st_blocks * 512 < 1 << 20
+    assert sum(p.stat().st_size for p in workspace.iterdir()) <= limit
 
 
 def test_a_link_in_the_workspace_is_never_written_through(archive: Settings, workspace: Path) -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +20,19 @@ from sandshell.sandbox import network, quarantine
 from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL, archive_transfer
 from sandshell.sandbox.transfer import fill_volume, pack
 
-AGENT_PORT = 7000
-SOCKET_IN_CONTAINER = "/run/sandshell"
-
 # What `standard` keeps of Docker's default capabilities: enough for apt-get and chown, no raw
 # sockets, no mknod, no audit, no chroot.
 STANDARD_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE"]
 
 
-def runtime_dir(settings: Settings) -> Path:
-    """Where session sockets live: private to this user."""
-    if settings.runtime_dir:
-        return Path(settings.runtime_dir)
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(xdg) / "sandshell" if xdg else Path(f"/tmp/sandshell-{os.getuid()}")
-
-
 @dataclass
 class ContainerSpec:
-    """Everything needed to create one session's container; `cleanup` removes its socket folder."""
+    """Everything needed to create one session's container."""
 
     session_id: str
     image: str
     workspace: Path
     settings: Settings
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    socket_dir: Path | None = None
     log: Callable[[str], None] = lambda _m: None
     snapshot: quarantine.Snapshot | None = None  # what host tools may run from an rw workspace, as it was before
 
@@ -55,16 +40,10 @@ class ContainerSpec:
     def for_session(
         cls, settings: Settings, workspace: Path, session_id: str, image: str, log: Callable[[str], None]
     ) -> ContainerSpec:
-        if settings.profile == "locked" and settings.transport == "tcp":
-            raise SandboxError("the locked profile has no network, so SANDSHELL_TRANSPORT must be unix")
         spec = cls(session_id=session_id, image=image, workspace=workspace.resolve(), settings=settings, log=log)
         if settings.workspace_mode == "rw":
             spec.snapshot = quarantine.Snapshot.take(spec.workspace, time.time(), contents=spec.archive)
         return spec
-
-    @property
-    def transport(self) -> str:
-        return self.settings.transport
 
     @property
     def name(self) -> str:
@@ -80,35 +59,6 @@ class ContainerSpec:
         if self.settings.profile == "standard":
             return None
         return self.owner()  # root included: with every capability dropped it can only own files
-
-    def prepare_socket_dir(self) -> Path:
-        base = runtime_dir(self.settings)
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(base, 0o700)
-        path = base / self.session_id
-        path.mkdir(mode=0o700)
-        user = self.sandbox_user()
-        if user is not None and os.geteuid() == 0:
-            os.chown(path, *user)  # the agent creates its socket here as that user
-            os.chmod(base, 0o711)
-        self.socket_dir = path
-        return path
-
-    def peer(self, container: Any) -> int | None:
-        """Who must hold a unix socket's other end: the agent, the container's PID 1 (its pid here)."""
-        if self.transport != "unix":
-            return None
-        container.reload()
-        return int(container.attrs["State"]["Pid"])
-
-    def address(self, container: Any) -> str | tuple[str, int]:
-        if self.transport == "unix":
-            assert self.socket_dir is not None
-            return str(self.socket_dir / "agent.sock")
-        container.reload()
-        ports = container.attrs["NetworkSettings"]["Ports"] or {}
-        bound = ports.get(f"{AGENT_PORT}/tcp") or []
-        return ("127.0.0.1", int(bound[0]["HostPort"])) if bound else ("127.0.0.1", 0)
 
     def environment(self) -> dict[str, str]:
         s = self.settings
@@ -130,8 +80,6 @@ class ContainerSpec:
             "SANDSHELL_SCRATCH_LIMIT": str(s.scratch_limit),
             "SANDSHELL_FILE_LIMIT": str(min((n for n in limits if n), default=0)),
         }
-        if self.transport != "attach":  # a socket anyone inside may reach needs the token
-            env["SANDSHELL_TOKEN"] = self.token
         if s.workspace_mode == "ro":
             env["SANDSHELL_SPILL_DIR"] = "/tmp/sandshell-output"
         if self.settings.profile == "locked":
@@ -141,17 +89,9 @@ class ContainerSpec:
     def run_kwargs(self) -> dict[str, Any]:
         s = self.settings
         locked = s.profile == "locked"
-        sock_dir = self.prepare_socket_dir() if self.transport == "unix" else None
-        mounts: dict[str, dict[str, str]] = {}
-        if sock_dir is not None:
-            mounts[str(sock_dir)] = {"bind": SOCKET_IN_CONTAINER, "mode": "rw"}
-        command = ["python3", "-m", "sandshell_agent"]
-        if self.transport == "attach":
-            command.append("--stdio")
-        else:
-            command += (
-                ["--unix", f"{SOCKET_IN_CONTAINER}/agent.sock"] if sock_dir else ["--tcp", f"0.0.0.0:{AGENT_PORT}"]
-            )
+        # The agent's stdin and stdout, attached through the engine's API, are its only channel: no
+        # socket file or port, so no host folder the container may write and nothing inside to reach.
+        command = ["python3", "-m", "sandshell_agent", "--stdio"]
         user = self.sandbox_user()
         kwargs: dict[str, Any] = {
             "image": self.image,
@@ -160,12 +100,11 @@ class ContainerSpec:
             "hostname": "sandbox",
             "labels": self.labels(),
             "environment": self.environment(),
-            "volumes": mounts,
             "working_dir": "/app",
             # the agent is PID 1: no init beside it holding the channel's pipes, or outside the
             # agent's set-id filter where a traced process could act for the model
             "init": False,
-            "stdin_open": self.transport == "attach",
+            "stdin_open": True,
             "detach": True,
             "cap_drop": ["ALL"],
             "cap_add": [] if locked else STANDARD_CAPS,
@@ -176,8 +115,8 @@ class ContainerSpec:
             "nano_cpus": int(s.cpus * 1e9),
             "ulimits": [docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
         }
-        if self.transport == "attach":  # nothing the model prints is kept by the engine (a flood fills no disk)
-            kwargs["log_config"] = docker.types.LogConfig(type="none")
+        # nothing the model prints is kept by the engine (a flood fills no disk)
+        kwargs["log_config"] = docker.types.LogConfig(type="none")
         if user is not None:
             kwargs["user"] = f"{user[0]}:{user[1]}"
         # /tmp is a sized tmpfs in both profiles: this engine's storage driver (fuse-overlayfs) has no
@@ -193,8 +132,6 @@ class ContainerSpec:
             kwargs["read_only"] = True
         else:
             kwargs["network"] = self.network
-        if not locked and self.transport == "tcp":
-            kwargs["ports"] = {f"{AGENT_PORT}/tcp": ("127.0.0.1", None)}
         return kwargs
 
     @property
@@ -225,11 +162,6 @@ class ContainerSpec:
             return docker.types.Mount("/app", None, type="volume")
         return docker.types.Mount("/app", str(self.workspace), type="bind", read_only=mode == "ro")
 
-    def cleanup(self) -> None:
-        if self.socket_dir is not None:
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
-            self.socket_dir = None
-
 
 def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
     """Create and start the container, the workspace copied in when it is not mounted; on any failure
@@ -243,7 +175,7 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         # detach=True also keeps StdinOnce off: a dropped attach must not close the agent's stdin
         container = client.containers.create(**spec.run_kwargs())
         if spec.archive:
-            with pack(spec.workspace, spec.sandbox_user()) as data:
+            with pack(spec.workspace, spec.sandbox_user(), spec.settings.workspace_limit) as data:
                 if spec.settings.workspace_mode == "ro":
                     fill_volume(client, spec.image, spec.volume, data, spec.labels())
                 else:
@@ -267,7 +199,6 @@ def _size(limit: int) -> str:
 
 def _remove(client: docker.DockerClient, container: Any, spec: ContainerSpec) -> None:
     remove_container(client, container, spec)
-    spec.cleanup()
 
 
 def remove_container(client: docker.DockerClient, container: Any, spec: ContainerSpec | None) -> None:

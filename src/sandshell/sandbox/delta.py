@@ -1,16 +1,17 @@
 """Copying back only what changed since the last copy (archive transfer, rw mode).
 
 A full copy tars all of /app while holding the sandbox's lock (~0.4 ms an entry: 100,000 files
-would hold the next command ~45 s). With what the engine's API gives, no agent involved: one exec
-lists /app (`find -printf`: type, mode, link count, size, ctime, inode, path), compared with the
-listing taken before the last copy; only files whose line changed are fetched (one archive each)
-and written through untar's descriptors, removed ones are removed, folders made. ctime is used
-because no process without CAP_SYS_TIME can set it back, so content cannot change unseen.
+would hold the next command ~45 s). Instead the agent lists /app over its channel (type, mode,
+link count, size, ctime, inode, path: `sandshell_agent/listing.py`), compared with the listing
+taken before the last copy; only files whose line changed are fetched (one archive each, through
+the engine's archive API) and written through untar's descriptors, removed ones are removed,
+folders made. ctime is used because no process without CAP_SYS_TIME can set it back, so content
+cannot change unseen. The host runs nothing from the container's filesystem: the agent is PID 1,
+under its own filter and limits, and nothing of the model's stands in for it.
 
-The listing comes from a process the model can tamper with (a `find` of its own): it can only
-choose what is copied, never where it goes or how (names are checked, every write is untar's).
-Anything this does not handle takes the full copy instead: no listing yet, a listing that fails,
-a link, FIFO or hard link among the changes, more than MAX_CHANGED files, anything refused last time.
+Anything this does not handle takes the full copy instead: no listing yet, a listing refused
+(a bound, an unreadable folder), a link, FIFO or hard link among the changes, more than
+MAX_CHANGED files or more bytes than the workspace limit, anything refused last time.
 """
 
 from __future__ import annotations
@@ -18,49 +19,39 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 import tarfile
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import docker.errors
-import requests.exceptions
+from sandshell.sandbox import dirfd, hosttree, untar
 
-from sandshell.sandbox import dirfd, untar
-
-LIST = ["find", "/app", "-mindepth", "1", "-printf", "%y %m %n %s %C@ %i %P\\0"]
-MAX_LISTING = 64 << 20  # bytes of listing read at most
+MAX_LISTING = 64 << 20  # bytes of listing taken at most (the agent stops there too)
 MAX_KEPT = 400_000  # entries: a bigger /app is copied whole each time (~250 bytes kept an entry)
 MAX_CHANGED = 256  # files fetched one by one; more, and one archive of everything is as quick
 HEADER = re.compile(rb"[a-zA-Z] [0-7]{1,7} \d{1,10} \d{1,20} \d{1,20}(\.\d{1,10})? \d{1,20}")  # %y %m %n %s %C@ %i
-LIST_SECONDS = 20  # the listing takes ~0.1 s for 20,000 entries
+LIST_SECONDS = 20  # the agent gives up at 10 s; the listing takes ~0.3 s for 20,000 entries
+
+Listing = dict[str, str]
 
 
 class Fallback(Exception):
     """Copy everything instead (the reason is for the log)."""
 
 
-def listing(container: Any) -> dict[str, str] | None:
-    """path -> its line (type mode links size ctime inode) for everything under /app, or None."""
-    api = container.client.api
-    try:
-        ex = api.exec_create(container.id, LIST, stdout=True, stderr=False)
-        out = _read(api.exec_start(ex["Id"], socket=True), time.monotonic() + LIST_SECONDS)
-        if out is None or api.exec_inspect(ex["Id"]).get("ExitCode") != 0:  # e.g. a folder it could not read
-            return None
-    except (docker.errors.APIError, requests.exceptions.RequestException, OSError):
-        return None  # a stopped container, an engine that went away: the full copy says why
-    entries: dict[str, str] = {}
-    for record in bytes(out).split(b"\0")[:-1]:
+def parse(records: bytes | None) -> Listing | None:
+    """path -> its line (type mode links size ctime inode) for every record, or None when any is odd."""
+    if records is None or len(records) > MAX_LISTING:
+        return None
+    entries: Listing = {}
+    for record in records.split(b"\0")[:-1]:
         fields = record.split(b" ", 6)
         if len(fields) != 7 or len(entries) >= MAX_KEPT:
             return None
         if not HEADER.fullmatch(b" ".join(fields[:6])):
-            return None  # the model's own `find` may print anything: only what find prints is parsed
+            return None
         path = os.fsdecode(fields[6])
         try:
             dirfd.parts(path)  # a name out of /app, or deeper than a copy takes: no listing
@@ -70,33 +61,9 @@ def listing(container: Any) -> dict[str, str] | None:
     return entries
 
 
-def _read(attached: Any, deadline: float) -> bytes | None:
-    """The exec's stdout (frames: 8-byte header, stream 1), or None past the deadline or MAX_LISTING:
-    a `find` of the model's that never ends must not hold the copy (and the lock) for long."""
-    sock = getattr(attached, "_sock", attached)  # SocketIO on a unix engine, an SSL socket on TLS
-    raw = bytearray()
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or len(raw) > MAX_LISTING:
-                return None
-            sock.settimeout(left)
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                break
-            raw += chunk
-    except (TimeoutError, OSError):
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            attached.close()
-    out, pos = bytearray(), 0
-    while len(raw) - pos >= 8:
-        size = int.from_bytes(raw[pos + 4 : pos + 8], "big")
-        if raw[pos] == 1:
-            out += raw[pos + 8 : pos + 8 + size]
-        pos += 8 + size
-    return bytes(out)
+def size(entries: Listing) -> int:
+    """The bytes a copy of every file listed writes at most (apparent sizes: a sparse file in full)."""
+    return sum(int(_field(line, 3)) for line in entries.values() if _kind(line) == "f")
 
 
 Fetch = Callable[[Any, IO[bytes], int, str], None]
@@ -116,6 +83,8 @@ def apply(
     files = [p for p in changed if _kind(now[p]) == "f"]
     if len(files) > MAX_CHANGED:
         raise Fallback(f"more than {MAX_CHANGED} files changed")
+    if limit and sum(int(_field(now[p], 3)) for p in files) > limit:
+        raise Fallback("the changed files are larger than the workspace limit")
     if any(_field(now[p], 2) != "1" for p in files):
         raise Fallback("a file with hard links changed")
     st = workspace.stat()
@@ -132,7 +101,7 @@ def apply(
     finally:
         staged.close()
         tree.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        hosttree.remove(staging.parent, staging.name)
     return len(files), size, len(gone)
 
 
@@ -167,7 +136,7 @@ def _clear(parent: int, name: str, keep_dir: bool = False) -> bool:
     if stat.S_ISDIR(st.st_mode):
         if keep_dir:
             return True
-        shutil.rmtree(name, dir_fd=parent)  # descriptor-based: never through a link
+        hosttree.remove_at(parent, name)  # by descriptor, never through a link, however deep
     else:
         os.unlink(name, dir_fd=parent)
     return False
@@ -214,7 +183,7 @@ def _file(container: Any, tree: untar.Tree, staged: untar.Tree, parts: list[str]
         try:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISDIR(os.lstat(parts[-1], dir_fd=parent).st_mode):
-                    shutil.rmtree(parts[-1], dir_fd=parent)  # a folder that became a file
+                    hosttree.remove_at(parent, parts[-1])  # a folder that became a file
             os.rename("new", parts[-1], src_dir_fd=staged.root, dst_dir_fd=parent)  # over a file: in one step
         finally:
             os.close(parent)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import math
@@ -15,7 +16,7 @@ from typing import Any
 
 from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
-from sandshell.sandbox import engine, transfer
+from sandshell.sandbox import delta, engine, transfer
 from sandshell.sandbox.connection import AttachConnection, Connection, ConnectionLost
 from sandshell.sandbox.container import ContainerSpec, create_container, remove_container
 from sandshell.sandbox.health import death, last_log_line, running
@@ -51,7 +52,7 @@ class Sandbox:
         self._running: str | None = None
         self._docker: Any = None
         self._spec: ContainerSpec | None = None
-        self._sync = transfer.Sync(self.workspace, self.settings, log)
+        self._sync = transfer.Sync(self.workspace, self.settings, log, self._listing)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -77,13 +78,9 @@ class Sandbox:
         image = ensure_image(self._docker, self.settings, self.log)
         self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image, self.log)
         self.container = create_container(self._docker, self._spec)
-        if self._spec.transport == "attach":
-            self.conn = AttachConnection(self._docker.api, self.container.id)
-        else:
-            spec, box = self._spec, self.container
-            self.conn = Connection(spec.address(box), spec.token, spec.peer(box))
+        self.conn = AttachConnection(self._docker.api, self.container.id)
         self._connect(resume=None, wait=15.0)
-        self._sync.begin(self.container)  # /app as it came in, before the model touches it
+        self._sync.begin()  # /app as it came in, before the model touches it
 
     def _connect(self, resume: dict[str, Any] | None, wait: float) -> None:
         assert self.conn is not None and self._spec is not None
@@ -98,8 +95,6 @@ class Sandbox:
             if not running(self.container):
                 said = self.conn.stderr[-1] if self.conn.stderr else last_log_line(self.container)
                 raise SandboxDied(f"the sandbox container stopped: {said}")
-            if self._spec.transport == "tcp":
-                self.conn.address = self._spec.address(self.container)
             time.sleep(pause)
             pause = min(pause * 2, 1.0)  # bounded and backed off: no reconnect storm
         raise SandboxError(f"the agent in the sandbox did not answer within {wait:.0f}s ({last})")
@@ -123,8 +118,6 @@ class Sandbox:
             self._sync.now(self.container, quiet=False, full=True)  # a dead container still gives its /app
             remove_container(self._docker, self.container, self._spec)
             self.container = None
-        if self._spec is not None:
-            self._spec.cleanup()
 
     def sync_workspace(self) -> str:
         """Copy /app back into the host folder now (archive transfer in rw mode); says what came back."""
@@ -290,6 +283,32 @@ class Sandbox:
     def state(self) -> ModelState:
         """The model's goal, /app/system.md and /app/config.json, in one round trip."""
         return ModelState.from_frame(self._request({"type": "state"}))
+
+    def _listing(self) -> bytes | None:
+        """/app listed by the agent (records, `sandshell_agent/listing.py`), or None when it would not or
+        could not: the caller copies everything instead. Never restarts a sandbox."""
+        with self._lock:
+            conn = self.conn
+            if self.container is None or conn is None:
+                return None
+            rid = f"r{next(self._ids)}"
+            records = bytearray()
+            try:
+                conn.send({"type": "list", "id": rid})
+                deadline = time.monotonic() + delta.LIST_SECONDS
+                while True:
+                    reply = conn.recv(deadline)
+                    if reply.get("id") != rid or reply.get("type") in ("output", "exit", "gap"):
+                        continue
+                    if reply.get("type") != "listing" or not isinstance(data := reply.get("data"), str):
+                        return None  # (an error: a bound reached, a folder it could not read)
+                    records += base64.b64decode(data, validate=True)
+                    if len(records) > delta.MAX_LISTING:
+                        return None
+                    if reply.get("more") is not True:
+                        return bytes(records)
+            except (ConnectionLost, TimeoutError, ValueError):  # (binascii.Error is a ValueError)
+                return None
 
     def ping(self) -> float:
         """Round-trip time to the agent, in seconds."""

@@ -26,7 +26,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
-from sandshell.sandbox import delta, untar
+from sandshell.sandbox import delta, hosttree, untar
 from sandshell.sandbox.engine import copies_back
 from sandshell.sandbox.untar import Pulled, one_line
 
@@ -34,8 +34,9 @@ CHUNK = 1 << 20
 TAR_SLACK = 64 * 1024 * 1024  # a tar's headers and padding on top of the files' bytes
 
 
-def pack(folder: Path, user: tuple[int, int] | None = None) -> IO[bytes]:
-    """The folder's contents as a tar in a temporary file (rewound), owned by `user` if given."""
+def pack(folder: Path, user: tuple[int, int] | None = None, limit: int = 0) -> IO[bytes]:
+    """The folder's contents as a tar in a temporary file (rewound), owned by `user` if given; at most
+    `limit` bytes of files (apparent size), else SandboxError before anything is sent."""
 
     def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
         if user is not None:
@@ -44,11 +45,38 @@ def pack(folder: Path, user: tuple[int, int] | None = None) -> IO[bytes]:
         return info
 
     out = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for entry in sorted(folder.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=own)
+    holes = _Holes(out)
+    try:
+        with tarfile.open(fileobj=holes, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+            hosttree.pack(tar, folder, hosttree.Bounds(bytes=limit), change=own)
+        out.truncate(holes.pos)
+    except hosttree.TooBig as e:
+        out.close()
+        raise SandboxError(f"the workspace {folder} cannot be copied in: {e}") from None
+    except OSError as e:
+        out.close()
+        raise SandboxError(f"the workspace {folder} cannot be copied in: {e.strerror or e}") from None
     out.seek(0)
     return out
+
+
+class _Holes:
+    """A file written with a hole for every block of zeros (a sparse file's, packed): the temporary
+    tar takes on the host the blocks the workspace takes."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.pos = out, out.tell()
+
+    def write(self, data: bytes) -> int:
+        if len(data) >= 4096 and data.count(0) == len(data):
+            self.out.seek(len(data), os.SEEK_CUR)
+        else:
+            self.out.write(data)
+        self.pos += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.pos
 
 
 def pull(container: Any, workspace: Path, limit: int) -> Pulled:
@@ -72,7 +100,7 @@ def pull(container: Any, workspace: Path, limit: int) -> Pulled:
             _mirror(staging, workspace)
             return pulled
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            hosttree.remove(staging.parent, staging.name)
 
 
 def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> None:
@@ -85,7 +113,11 @@ def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> No
                 raise SandboxError(
                     f"/app holds more than {limit + TAR_SLACK} bytes; not copied back (the workspace is as before)"
                 )
-            out.write(chunk)
+            if chunk.count(0) == len(chunk):  # a sparse file's holes, which the engine writes out: holes here too
+                out.seek(len(chunk), os.SEEK_CUR)
+            else:
+                out.write(chunk)
+        out.truncate()
     except docker.errors.NotFound:
         raise SandboxError("the sandbox container is gone; /app could not be copied back") from None
     except docker.errors.APIError as e:
@@ -119,11 +151,7 @@ def _mirror(new: Path, target: Path) -> None:
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    hosttree.remove(path.parent, path.name)  # by descriptor, never through a link, however deep
 
 
 def fill_volume(client: Any, image: str, volume: str, data: IO[bytes], labels: dict[str, str]) -> None:
@@ -149,17 +177,20 @@ class Sync:
     others copy only what changed since the last copy or the start when they can (delta.py),
     everything otherwise."""
 
-    def __init__(self, workspace: Path, settings: Settings, log: Callable[[str], None]) -> None:
-        self.workspace, self.settings, self.log = workspace, settings, log
+    def __init__(
+        self, workspace: Path, settings: Settings, log: Callable[[str], None], lister: Callable[[], bytes | None]
+    ) -> None:
+        """`lister` asks the agent for /app's listing (None when it cannot: the full copy follows)."""
+        self.workspace, self.settings, self.log, self.lister = workspace, settings, log, lister
         self.last = time.monotonic()
         self.listing: dict[str, str] | None = None  # /app as listed before the last copy, if nothing was refused
 
-    def begin(self, container: Any) -> None:
+    def begin(self) -> None:
         """A new container holds the workspace as it is here: its listing is the first to compare
         with, so even the first copy back is only what changed. The copy in is the last copy: the
         interval counts from here (a start that took longer than it, on a loaded engine, copied the
         untouched /app back after the first action)."""
-        self.listing = delta.listing(container) if copies_back(self.settings) else None
+        self.listing = delta.parse(self.lister()) if copies_back(self.settings) else None
         self.last = time.monotonic()
 
     def due(self, container: Any) -> None:
@@ -176,8 +207,17 @@ class Sync:
             if not quiet:
                 self.log(said)
             return said
-        listing = None if full else delta.listing(container)  # before the archive: later changes show next time
+        # Before the archive (later changes show next time); not at the end, where the channel is closed
+        # (a command's reader may hold it until then) and _fetch's own bound holds.
+        listing = None if full else delta.parse(self.lister())
         self.listing = None
+        limit = self.settings.workspace_limit
+        if listing is not None and limit and (size := delta.size(listing)) > limit:
+            self.log(
+                said := f"/app was not copied back: its files hold {size} bytes (sparse files counted at their "
+                f"full size), more than SANDSHELL_WORKSPACE_LIMIT ({limit}); the workspace is as before"
+            )
+            return said
         try:
             got = pull(container, self.workspace, self.settings.workspace_limit)
         except (SandboxError, OSError) as e:
@@ -197,15 +237,15 @@ class Sync:
 
     def _changes(self, container: Any) -> str:
         """Copy only what changed since the last copy; "" when everything must be copied instead."""
-        before, now = self.listing, delta.listing(container)
+        before, now = self.listing, delta.parse(self.lister())
         if before is None or now is None:
             return ""
         try:
             files, size, removed = delta.apply(
                 container, self.workspace, before, now, self.settings.workspace_limit, _fetch
             )
-        except Exception:  # the listing is the model's (its own `find` may print anything): any surprise
-            return ""  # means the full copy, which follows and is the truth
+        except Exception:  # what /app holds is the model's: any surprise means the full copy, which
+            return ""  # follows and is the truth
         self.listing = now
         return (
             f"/app copied back to {self.workspace}: {files} changed files, {size} bytes, {removed} removed "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import tarfile
 from dataclasses import dataclass, field
@@ -133,8 +132,7 @@ class Tree:
         fd = os.open(parts[-1], flags, 0o600, dir_fd=parent)
         try:
             if data is not None:
-                with open(fd, "wb", closefd=False) as out:  # buffered: a short write is retried
-                    shutil.copyfileobj(data, out, 1 << 20)
+                copy_sparse(data, fd)
             os.fchmod(fd, mode | 0o600)
             self._own(fd)
             with contextlib.suppress(OSError, OverflowError, ValueError):  # a time out of range: now
@@ -169,6 +167,21 @@ class Tree:
             os.link(source[-1], parts[-1], src_dir_fd=src, dst_dir_fd=parent, follow_symlinks=False)
         finally:
             os.close(src)
+
+
+def copy_sparse(data: IO[bytes], fd: int, block: int = 1 << 16) -> int:
+    """Copy `data` into the file `fd`, leaving a hole for every block of zeros: a sparse file the
+    model left (`truncate -s 1G`) takes on the host the blocks it took in the container. Its size."""
+    size = 0
+    with open(fd, "wb", closefd=False) as out:  # buffered: a short write is retried
+        while chunk := data.read(block):
+            if chunk.count(0) == len(chunk):
+                out.seek(len(chunk), os.SEEK_CUR)
+            else:
+                out.write(chunk)
+            size += len(chunk)
+        out.truncate(size)
+    return size
 
 
 def unpack(tar_file: IO[bytes], staging: Path, owner: tuple[int, int] | None = None) -> Pulled:
