@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Any
 
-from . import AGENT_NAME, compiled, cpus, files, listing, procs
+from . import AGENT_NAME, compiled, cpus, ferry, files, listing, procs
 from .channel import error
 from .diskguard import DiskGuard
 from .execution import Runner
@@ -99,6 +99,8 @@ class Agent:
             send({"type": "state", "id": rid, **files.model_state(self.cfg.state_limit)})
         elif kind == "list":
             self._list(rid)
+        elif kind in ferry.KINDS:  # the workspace through the channel (a pod's)
+            send({"type": kind, "id": rid, **ferry.handle(kind, frame, self.cfg.workdir, self.cfg.owner)})
         elif kind == "ack":
             self.channel.window.ack(rid, frame.get("seq"))
         elif kind == "hello":

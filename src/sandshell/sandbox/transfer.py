@@ -84,23 +84,27 @@ def pull(container: Any, workspace: Path, limit: int) -> Pulled:
     with tempfile.TemporaryFile() as tar_file:
         _fetch(container, tar_file, limit)
         tar_file.seek(0)
-        staging = workspace.parent / f".{workspace.name}.sync-{secrets.token_hex(4)}"
-        staging.mkdir(mode=0o700)
+        return unpack_into(tar_file, workspace)
+
+
+def unpack_into(tar_file: IO[bytes], workspace: Path) -> Pulled:
+    """Make `workspace` hold what the tar (the container's /app, the model's; entries app/...) holds:
+    unpacked by untar.py into a folder beside it, then mirrored in without following any link."""
+    staging = workspace.parent / f".{workspace.name}.sync-{secrets.token_hex(4)}"
+    staging.mkdir(mode=0o700)
+    try:
         try:
-            try:
-                pulled = untar.unpack(tar_file, staging, _owner(workspace))
-            except untar.TooMany:
-                raise SandboxError(
-                    f"/app holds more than {untar.MAX_ENTRIES} entries; not copied back (the workspace is as before)"
-                ) from None
-            except (tarfile.TarError, OSError) as e:
-                raise SandboxError(
-                    f"the copy of /app could not be unpacked ({e}); the workspace is as before"
-                ) from None
-            _mirror(staging, workspace)
-            return pulled
-        finally:
-            hosttree.remove(staging.parent, staging.name)
+            pulled = untar.unpack(tar_file, staging, _owner(workspace))
+        except untar.TooMany:
+            raise SandboxError(
+                f"/app holds more than {untar.MAX_ENTRIES} entries; not copied back (the workspace is as before)"
+            ) from None
+        except (tarfile.TarError, OSError) as e:
+            raise SandboxError(f"the copy of /app could not be unpacked ({e}); the workspace is as before") from None
+        _mirror(staging, workspace)
+        return pulled
+    finally:
+        hosttree.remove(staging.parent, staging.name)
 
 
 def _fetch(container: Any, out: IO[bytes], limit: int, path: str = "/app") -> None:
