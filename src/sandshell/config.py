@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from sandshell import envfile
+from sandshell.engineconfig import EngineSettings, _f
 from sandshell.errors import SettingsError
 from sandshell.llama_params import llama_params, near_miss
 from sandshell.ranges import check_ranges
@@ -27,13 +28,10 @@ DEFAULT_GOAL = (
 Bytes, GiB = Annotated[int, "bytes"], 1024**3  # a size, written as 4GiB, 500MB or plain bytes
 
 
-def _f(env: str, default: Any, doc: str) -> Any:
-    return field(default=default, metadata={"env": env, "doc": doc})
-
-
 @dataclass(frozen=True)
-class Settings:
-    """Everything sandshell can be told, with its default."""
+class Settings(EngineSettings):
+    """Everything sandshell can be told, with its default (which engine, and the cluster's settings,
+    come first: `EngineSettings`)."""
 
     # -- model -----------------------------------------------------------------------------
     model_path: str = _f("LLAMA_MODEL_PATH", "", "GGUF model file; empty uses the embedded SmolLM2-135M-Instruct")
@@ -115,7 +113,8 @@ class Settings:
         "SANDSHELL_DOCKER_HOSTS",
         "",
         "engines the HTTP service spreads sessions over: URLs as SANDSHELL_DOCKER_HOST, comma-separated, "
-        "the one running fewest sessions first (empty: SANDSHELL_DOCKER_HOST alone)",
+        "the one running fewest sessions first (empty: SANDSHELL_DOCKER_HOST alone; not used with "
+        "SANDSHELL_ENGINE=kubernetes, whose scheduler places pods)",
     )
     docker_tls: str = _f(
         "SANDSHELL_DOCKER_TLS",

@@ -13,6 +13,10 @@ class DockerUnavailable(SandshellError):
     """No Docker engine answers."""
 
 
+class ClusterUnavailable(DockerUnavailable):
+    """The Kubernetes API server does not answer, or refuses what a session needs."""
+
+
 class ImageError(SandshellError):
     """The sandbox image could not be found or built."""
 

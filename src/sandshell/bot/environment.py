@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from sandshell import config
 from sandshell.bot.kinds import Permission
-from sandshell.bot.tools import ToolDefinition, ToolError, ensure_tool_image
+from sandshell.bot.tools import ToolDefinition, ToolError, cluster_tool_image, ensure_tool_image
 from sandshell.config import Settings
 from sandshell.errors import SandboxError, SandshellError
 from sandshell.sandbox import engine
@@ -76,7 +76,9 @@ class Environment:
             raise SandboxError(f"the folder to mount {self.folder} does not exist; create it or pass another")
         started = time.monotonic()
         settings = self.settings
-        if self.tools:
+        if self.tools and settings.engine == "kubernetes":  # built and pushed beforehand (docs/scaling.md)
+            settings = settings.replace(kube_image=cluster_tool_image(settings, self.tools))
+        elif self.tools:
             repo, self.image_built = ensure_tool_image(engine.client(), settings, self.tools)
             settings = settings.replace(image=repo)
         sandbox = Sandbox(workspace=self.folder, settings=settings, log=log.info)

@@ -85,6 +85,15 @@ def tool_image_repo(settings: Settings, tools: Sequence[ToolDefinition]) -> str:
     return f"{settings.image}-tools-{tools_hash(tools)}"
 
 
+def cluster_tool_image(settings: Settings, tools: Sequence[ToolDefinition]) -> str:
+    """The tool image as a cluster pulls it: SANDSHELL_KUBE_IMAGE's repository with the tools' suffix,
+    and its tag (`docker tag` and `docker push` the locally built tool image there)."""
+    repo, _, tag = settings.kube_image.rpartition(":")
+    if not repo or "/" in tag:  # no tag given
+        repo, tag = settings.kube_image, "latest"
+    return f"{repo}-tools-{tools_hash(tools)}:{tag}"
+
+
 def usage_prompt(tools: Sequence[ToolDefinition]) -> str:
     """The tools' usage, as a section of the system prompt ('' without tools)."""
     if not tools:

@@ -144,6 +144,8 @@ def _tls(folder: str) -> docker.tls.TLSConfig:
 def least_loaded(settings: Settings) -> Settings:
     """The settings for the engine of SANDSHELL_DOCKER_HOSTS running the fewest sessions (an engine that
     does not answer is passed over); the settings as they are when the list is empty."""
+    if settings.engine == "kubernetes":  # the cluster's scheduler places pods: no list of engines to weigh
+        return settings
     hosts = [h.strip() for h in settings.docker_hosts.split(",") if h.strip()]
     best: tuple[int, Settings] | None = None
     failed = []
@@ -176,6 +178,8 @@ def is_local(settings: Settings) -> bool:
 
 def archive_transfer(settings: Settings) -> bool:
     """Whether the workspace goes in (and comes back) through the engine's API instead of a mount."""
+    if settings.engine == "kubernetes":  # no Docker API there: the workspace goes through the agent
+        return False
     mode = settings.workspace_transfer
     return mode == "archive" or (mode == "auto" and not is_local(settings))
 

@@ -16,11 +16,9 @@ from typing import Any
 
 from sandshell.config import Settings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
-from sandshell.sandbox import delta, engine, transfer
-from sandshell.sandbox.connection import AttachConnection, Connection, ConnectionLost
-from sandshell.sandbox.container import ContainerSpec, create_container, remove_container
-from sandshell.sandbox.health import death, last_log_line, running
-from sandshell.sandbox.image import ensure_image
+from sandshell.sandbox import boxes, delta, engine, ferry, transfer
+from sandshell.sandbox.connection import Connection, ConnectionLost
+from sandshell.sandbox.container import ContainerSpec
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, OutputCollector, Result, number, refusal
 
 Event = Output | Result
@@ -50,9 +48,9 @@ class Sandbox:
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._running: str | None = None
-        self._docker: Any = None
+        self._docker: Any = None  # the engine's client: docker-py's, or a kube.Cluster
         self._spec: ContainerSpec | None = None
-        self._sync = transfer.Sync(self.workspace, self.settings, log, self._listing)
+        self._sync: transfer.Sync | ferry.Sync = transfer.Sync(self.workspace, self.settings, log, self._listing)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -67,23 +65,21 @@ class Sandbox:
         self.kill()
 
     def start(self) -> None:
-        """Build the image if needed, start the container and connect to the agent."""
-        if self._docker is None:
-            self._docker = engine.client(self.settings)
-            for name in engine.reap(self._docker):
-                self.log(f"removed a leftover container {name}")
-        if not self.workspace.is_dir():
-            why = "is not a folder" if self.workspace.exists() else "does not exist; run ./reset.sh to create it"
-            raise SandboxError(f"the workspace {self.workspace} {why}")
-        image = ensure_image(self._docker, self.settings, self.log)
-        self._spec = ContainerSpec.for_session(self.settings, self.workspace, self.session_id, image, self.log)
-        self.container = create_container(self._docker, self._spec)
-        self.conn = AttachConnection(self._docker.api, self.container.id)
+        """Build the image if needed, start the container (or pod) and connect to the agent."""
+        if self.settings.engine == "kubernetes":
+            self._docker, self.container, self.conn = boxes.start_pod(
+                self._docker, self.settings, self.workspace, self.session_id, self.log
+            )
+            self._sync = ferry.Sync(self.workspace, self.settings, self.log, self._ask)
+        else:
+            self._docker, self._spec, self.container, self.conn = boxes.start_container(
+                self._docker, self.settings, self.workspace, self.session_id, self.log
+            )
         self._connect(resume=None, wait=15.0)
         self._sync.begin()  # /app as it came in, before the model touches it
 
     def _connect(self, resume: dict[str, Any] | None, wait: float) -> None:
-        assert self.conn is not None and self._spec is not None
+        assert self.conn is not None
         deadline = time.monotonic() + wait
         last, pause = "", 0.02
         while time.monotonic() < deadline:
@@ -92,8 +88,8 @@ class Sandbox:
                 return
             except (ConnectionLost, TimeoutError) as e:
                 last = str(e)
-            if not running(self.container):
-                said = self.conn.stderr[-1] if self.conn.stderr else last_log_line(self.container)
+            if not boxes.alive(self.container):
+                said = self.conn.stderr[-1] if self.conn.stderr else boxes.last_words(self.container)
                 raise SandboxDied(f"the sandbox container stopped: {said}")
             time.sleep(pause)
             pause = min(pause * 2, 1.0)  # bounded and backed off: no reconnect storm
@@ -116,11 +112,11 @@ class Sandbox:
     def _remove_container(self) -> None:
         if self.container is not None:
             self._sync.now(self.container, quiet=False, full=True)  # a dead container still gives its /app
-            remove_container(self._docker, self.container, self._spec)
+            boxes.remove(self._docker, self.container, self._spec)
             self.container = None
 
     def sync_workspace(self) -> str:
-        """Copy /app back into the host folder now (archive transfer in rw mode); says what came back."""
+        """Copy /app back into the host folder now (rw mode, archive transfer or a pod); says what came back."""
         with self._lock:
             return self._sync.now(self.container, quiet=False)
 
@@ -179,7 +175,7 @@ class Sandbox:
                         deadline = max(deadline, episode + self.settings.kill_grace + 5.0)
                         continue
                 why = "the agent stopped answering" if late else None  # else the engine's word, before removal:
-                why = why or f"the sandbox died mid-command ({death(self.container, e)})"
+                why = why or f"the sandbox died mid-command ({boxes.why_dead(self.container, e)})"
                 self._lost()
                 yield Result(command, None, error=f"{why}; the next command starts a fresh one", lost=True)
                 return
@@ -202,7 +198,7 @@ class Sandbox:
 
     def _reconnect(self, resume: dict[str, Any]) -> bool:
         """After a dropped socket: reconnect and resume if the container still runs."""
-        if self.container is None or self.conn is None or not running(self.container):
+        if self.container is None or self.conn is None or not boxes.alive(self.container):
             return False
         try:
             self._connect(resume=resume, wait=5.0)
@@ -260,6 +256,18 @@ class Sandbox:
             if reply.get("type") == "error":
                 raise ProtocolError(str(reply.get("message")), str(reply.get("code")))
             return reply
+
+    def copy_app(self, folder: Path) -> str:
+        """Make `folder` hold a copy of a pod's /app (through the agent, as rw copies back); says what came."""
+        with self._lock:
+            return ferry.pull(self._ask, folder, self.settings.workspace_limit)
+
+    def _ask(self, frame: dict[str, Any]) -> dict[str, Any]:  # the ferry's requests: an error frame as {"error"}
+        assert self.conn is not None
+        if self.conn.sock is None:  # closed by kill() before the last copy back: attach again
+            self._connect(resume={}, wait=5.0)
+        reply = self.conn.request({**frame, "id": f"w{next(self._ids)}"}, timeout=60.0)
+        return {"error": reply.get("message")} if reply.get("type") == "error" else reply
 
     def read_file(self, path: str, limit: int | None = None) -> FileContent:
         """Read a file in the container (bounded); missing or binary files come back with `.error`."""
