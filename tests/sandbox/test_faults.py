@@ -353,6 +353,7 @@ def test_an_agent_that_reattaches_but_stays_silent_is_given_up_after_one_reconne
     """An agent whose timer slack a write action set to 100 s answers every re-attach and never the
     command: unbounded, the host re-attached ~290 times in a second (its deadline had passed, so each
     wait ended at once), then removed a live container."""
+    from sandshell.sandbox import boxes
     from sandshell.sandbox import sandbox as module
 
     monkeypatch.setattr(module, "SILENCE", 0.3)
@@ -361,7 +362,7 @@ def test_an_agent_that_reattaches_but_stays_silent_is_given_up_after_one_reconne
     sb.conn = conn
     asked = _unreachable_agent(monkeypatch, sb)
     engine: list[object] = []  # an agent that stopped answering: nothing to ask the engine
-    monkeypatch.setattr(module, "death", lambda box, e: engine.append(e) or str(e))
+    monkeypatch.setattr(boxes, "why_dead", lambda box, e: engine.append(e) or str(e))
     start = time.monotonic()
     (result,) = list(sb._follow("sleep 60", "c1", 0.2))
     took = time.monotonic() - start
