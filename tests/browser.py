@@ -35,9 +35,18 @@ class Browser:
         profile.mkdir(parents=True, exist_ok=True)
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-                f"--user-data-dir={profile}", "--window-size=1400,900", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update"]  # fmt: skip
+        args = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,900",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+        ]
         if offline:
             args.append("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
         self.proc = subprocess.Popen(
