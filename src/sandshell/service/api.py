@@ -27,7 +27,7 @@ from sandshell.service import auth, profiles, schema
 from sandshell.service.chat import ProfileMismatch, StillAnswering
 from sandshell.service.core import Service
 from sandshell.service.feed import follow, until_ended
-from sandshell.service.limits import BodyLimit, Framing, Head, one_sentence
+from sandshell.service.limits import BodyLimit, Framing, Head, LeftEarly, one_sentence
 from sandshell.service.schema import ChatEnded, ChatReply, Health, Task, TaskList, refusals
 from sandshell.service.taskqueue import Busy
 
@@ -141,6 +141,7 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(BodyLimit, limit=service.settings.api_body_limit)
     app.add_middleware(Head)
     app.add_middleware(Framing)
+    app.add_middleware(LeftEarly)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_r: Request, e: RequestValidationError) -> JSONResponse:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+import anyio
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -121,6 +123,29 @@ class Framing:
 
 
 _REPLACED = {k for k, _ in Framing.HEADERS}
+
+
+class LeftEarly:
+    """ASGI middleware: a client that went away in the middle of an answer (an event stream closed by
+    its reader) is no error of the server's; the stream's own teardown then meets a closed channel,
+    which is not worth a traceback in the server's log."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def noting(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting)
+        except* (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            if not started:
+                raise
 
 
 class Slots:
