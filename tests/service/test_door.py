@@ -148,6 +148,8 @@ def test_head_answers_as_get_without_a_body(server: Server) -> None:
         if got is not None:
             assert head.headers["content-type"] == got.headers["content-type"], path
     assert server.http.head("/v1/tasks/nope").status_code == 404
+    heads = [server.http.head(f"/v1/tasks/{task}/events").status_code for _ in range(70)]
+    assert heads == [200] * 70  # each HEAD of a stream gives its slot back
     server.http.post(f"/v1/tasks/{task}/cancel")
 
 
