@@ -276,3 +276,12 @@ def test_the_openapi_says_what_the_server_really_answers(server: Server) -> None
         assert kind in kinds
         conforms(data, stream, doc, kind)
     assert not math.isnan(done["seconds"])
+
+
+def test_the_start_line_counts_in_words(tmp_path: Path) -> None:
+    one = Server(tmp_path, SANDSHELL_MAX_SESSIONS="1")
+    try:
+        said = one.output()
+        assert "; 1 task at once;" in said, said
+    finally:
+        one.stop()
