@@ -166,22 +166,23 @@ def test_api_profiles_default_to_locked_and_a_wrong_list_is_one_sentence() -> No
 # -- the web view's sign-ins and the door ------------------------------------------------------------
 def test_a_sign_in_is_random_kept_as_a_hash_revocable_and_expires(tmp_path: Path) -> None:
     path = tmp_path / ".service" / "sign-ins"
-    sign_ins = SignIns(path)
+    sign_ins = SignIns(path, "token")
     one, two = sign_ins.new(), sign_ins.new()
     assert one != two and len(one) >= 40
     assert sign_ins.valid(one) and sign_ins.valid(two) and not sign_ins.valid("x") and not sign_ins.valid(None)
     assert one not in path.read_text() and path.stat().st_mode & 0o777 == 0o600
-    assert SignIns(path).valid(one)  # read back, as after a restart
-    assert sign_ins.revoke(one) and not sign_ins.valid(one) and not SignIns(path).valid(one)
+    assert SignIns(path, "token").valid(one)  # read back, as after a restart
+    assert not SignIns(path, "a new token").valid(two)  # a new token ends the old sign-ins
+    assert sign_ins.revoke(one) and not sign_ins.valid(one) and not SignIns(path, "token").valid(one)
     assert not sign_ins.revoke(one)
-    short = SignIns(tmp_path / "short", seconds=0.2)
+    short = SignIns(tmp_path / "short", "token", seconds=0.2)
     value = short.new()
     time.sleep(0.3)
     assert not short.valid(value)
 
 
 def test_sign_ins_are_bounded_the_oldest_going_first(tmp_path: Path) -> None:
-    sign_ins = SignIns(tmp_path / "sign-ins")
+    sign_ins = SignIns(tmp_path / "sign-ins", "token")
     values = [sign_ins.new() for _ in range(MAX_SIGN_INS + 5)]
     assert not any(sign_ins.valid(v) for v in values[:5])
     assert all(sign_ins.valid(v) for v in values[5:])

@@ -93,10 +93,12 @@ def cookie_name(settings: Settings, port: int | None) -> str:
 
 class SignIns:
     """The web view's sign-ins: each a random value the browser keeps in a cookie; the server keeps
-    only its SHA-256 and when it expires, in a file (mode 0600) that a restart reads back."""
+    only the SHA-256 of the token and the value together, and when it expires, in a file (mode 0600)
+    that a restart reads back. A new token ends every sign-in made with the old one."""
 
-    def __init__(self, path: Path, seconds: float = SIGN_IN_SECONDS) -> None:
+    def __init__(self, path: Path, token: str, seconds: float = SIGN_IN_SECONDS) -> None:
         self.path = path
+        self.token = token
         self.seconds = seconds
         self._lock = threading.Lock()
         self._expiry: dict[str, float] = {}
@@ -114,7 +116,7 @@ class SignIns:
             self._expiry = {k: t for k, t in self._expiry.items() if t > now}
             while len(self._expiry) >= MAX_SIGN_INS:
                 del self._expiry[min(self._expiry, key=self._expiry.__getitem__)]
-            self._expiry[_digest(value)] = now + self.seconds
+            self._expiry[self._digest(value)] = now + self.seconds
             self._write()
         return value
 
@@ -122,17 +124,20 @@ class SignIns:
         if not value:
             return False
         with self._lock:
-            return self._expiry.get(_digest(value), 0.0) > time.time()
+            return self._expiry.get(self._digest(value), 0.0) > time.time()
 
     def revoke(self, value: str | None) -> bool:
         """End a sign-in (signing out); whether there was one."""
         if not value:
             return False
         with self._lock:
-            gone = self._expiry.pop(_digest(value), None) is not None
+            gone = self._expiry.pop(self._digest(value), None) is not None
             if gone:
                 self._write()
         return gone
+
+    def _digest(self, value: str) -> str:
+        return hashlib.sha256(f"{self.token}\0{value}".encode("utf-8", "replace")).hexdigest()
 
     def _write(self) -> None:
         try:
@@ -144,7 +149,3 @@ class SignIns:
             os.replace(tmp, self.path)
         except OSError:
             pass  # kept in memory: the sign-ins hold until the server stops
-
-
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()

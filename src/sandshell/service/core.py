@@ -32,7 +32,7 @@ class Service:
         self.token, made = load_token(settings)
         self.token_made = made
         self.cookie = cookie_name(settings, port)
-        self.sign_ins = SignIns(token_file(settings).parent / "sign-ins")
+        self.sign_ins = SignIns(token_file(settings).parent / "sign-ins", self.token)
         self.store = Store(settings.path(settings.sessions_dir))
         self.feeds = Feeds()
         for name in engine.reap(engine.client()):
