@@ -25,9 +25,9 @@ ENDED = ("done", "max_steps", "timeout", "stuck", "quit", "error", "cancelled", 
 class Server:
     """`python -m sandshell.cli serve` with SANDSHELL_HOME=`home`; the script backend unless told."""
 
-    def __init__(self, home: Path, token: str | None = TOKEN, **env: str) -> None:
+    def __init__(self, home: Path, token: str | None = TOKEN, port: int | None = None, **env: str) -> None:
         self.home = home
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = home / f"server-{self.port}.log"
         home.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def test_without_the_token_every_route_but_health_is_401(server: Server) -> None:
     bare = httpx.Client(base_url=server.url)
-    bad_cookie = httpx.Client(base_url=server.url, cookies={"sandshell_token": "nope"})
+    signed = httpx.get(f"{server.url}/?token={TOKEN}")
+    ((name, value),) = [(k, v) for k, v in signed.cookies.items() if v]
+    bad_cookie = httpx.Client(base_url=server.url, cookies={name: "nope"})
     assert bare.get("/v1/health").json() == {"status": "ok"}  # nothing about the model or the tasks
     routes = [
         ("GET", "/v1/tasks"),
@@ -53,12 +55,14 @@ def test_without_the_token_every_route_but_health_is_401(server: Server) -> None
         assert bare.get("/v1/tasks", headers=headers).json() == {"detail": detail}
     empty = {"Authorization": "Bearer"}  # ("Bearer " with its space taken off on the way: no token, not another kind)
     assert bare.get("/v1/tasks", headers=empty).json()["detail"].startswith("a bearer token is")
-    assert bad_cookie.get("/v1/tasks").json() == {"detail": "the token is wrong: it is not this server's"}
+    ended = "the sign-in has ended or was revoked: sign in again with /?token=<token>"
+    assert bad_cookie.get("/v1/tasks").json() == {"detail": ended}
     garbled = bare.post("/v1/tasks", content=b'{"goal": "x" "max_steps": 2}', headers=_auth())
     assert garbled.status_code == 422
     why = "the request body is not valid JSON (at character 13: Expecting ',' delimiter); see /docs"
     assert garbled.json() == {"detail": why}
-    assert httpx.get(f"{server.url}/v1/tasks", cookies={"sandshell_token": TOKEN}).status_code == 200
+    assert httpx.get(f"{server.url}/v1/tasks", cookies={name: value}).status_code == 200
+    assert httpx.get(f"{server.url}/v1/tasks", cookies={name: TOKEN}).status_code == 401  # the token is no sign-in
 
 
 def _auth() -> dict[str, str]:

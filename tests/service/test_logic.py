@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ import pytest
 from sandshell import config
 from sandshell.errors import SettingsError
 from sandshell.model.types import Message, Stats
-from sandshell.service.limits import one_sentence
+from sandshell.service.auth import MAX_SIGN_INS, SignIns, cookie_name
+from sandshell.service.limits import Slots, one_sentence
 from sandshell.service.models import FairGate, GatedBackend, Models
 
 
@@ -159,3 +161,55 @@ def test_api_profiles_default_to_locked_and_a_wrong_list_is_one_sentence() -> No
     for wrong in ("networked", ",", "locked,root"):
         with pytest.raises(SettingsError, match="SANDSHELL_API_PROFILES must name standard, locked or both"):
             config.load(env_file=None, environ={"SANDSHELL_API_PROFILES": wrong})
+
+
+# -- the web view's sign-ins and the door ------------------------------------------------------------
+def test_a_sign_in_is_random_kept_as_a_hash_revocable_and_expires(tmp_path: Path) -> None:
+    path = tmp_path / ".service" / "sign-ins"
+    sign_ins = SignIns(path, "token")
+    one, two = sign_ins.new(), sign_ins.new()
+    assert one != two and len(one) >= 40
+    assert sign_ins.valid(one) and sign_ins.valid(two) and not sign_ins.valid("x") and not sign_ins.valid(None)
+    assert one not in path.read_text() and path.stat().st_mode & 0o777 == 0o600
+    assert SignIns(path, "token").valid(one)  # read back, as after a restart
+    assert not SignIns(path, "a new token").valid(two)  # a new token ends the old sign-ins
+    assert sign_ins.revoke(one) and not sign_ins.valid(one) and not SignIns(path, "token").valid(one)
+    assert not sign_ins.revoke(one)
+    short = SignIns(tmp_path / "short", "token", seconds=0.2)
+    value = short.new()
+    time.sleep(0.3)
+    assert not short.valid(value)
+
+
+def test_sign_ins_are_bounded_the_oldest_going_first(tmp_path: Path) -> None:
+    sign_ins = SignIns(tmp_path / "sign-ins", "token")
+    values = [sign_ins.new() for _ in range(MAX_SIGN_INS + 5)]
+    assert not any(sign_ins.valid(v) for v in values[:5])
+    assert all(sign_ins.valid(v) for v in values[5:])
+
+
+def test_each_server_has_its_own_cookie_name(tmp_path: Path) -> None:
+    a = config.load(env_file=None, environ={"SANDSHELL_HOME": str(tmp_path / "a")})
+    b = config.load(env_file=None, environ={"SANDSHELL_HOME": str(tmp_path / "b")})
+    names = {cookie_name(a, 8000), cookie_name(a, 8001), cookie_name(b, 8000)}
+    assert len(names) == 3 and all(n.startswith("sandshell-") for n in names)
+    assert cookie_name(a, 8000) == cookie_name(a, 8000)  # the same after a restart
+
+
+def test_slots_never_let_more_in_than_their_size_under_a_crowd() -> None:
+    slots = Slots(64)
+    start = threading.Barrier(200)
+    taken: list[bool] = []
+
+    def one() -> None:
+        start.wait()
+        taken.append(slots.take())
+
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert taken.count(True) == 64 and slots.held == 64
+    slots.give_back()
+    assert slots.take() and not slots.take()

@@ -113,9 +113,12 @@ def test_a_second_server_on_the_same_port_or_folder_is_refused_and_touches_nothi
         first.wait(running, ("running",))
         waiting = first.task("queued", [{"done": "later"}])
         record = tmp_path / "sessions" / running / "task.json"
-        deadline = time.monotonic() + 30  # (the record is saved a moment after the status is set)
-        while '"running"' not in (before := record.read_text()) and time.monotonic() < deadline:
+        recording = tmp_path / "sessions" / running / "events.jsonl"
+        deadline = time.monotonic() + 30  # (the record is saved at each turn: wait for the sleep's)
+        while time.monotonic() < deadline and not (recording.is_file() and "sleep 120" in recording.read_text()):
             time.sleep(0.05)
+        before = record.read_text()
+        assert '"running"' in before
         for port, said in (
             (first.port, f"port {first.port} on 127.0.0.1 is in use"),
             (free_port(), "another sandshell server"),

@@ -30,6 +30,10 @@ from sandshell.workspace import init_workspace
 OBSERVATION_CHARS = 16 * 1024
 
 
+class StillAnswering(Busy):
+    """A message for a conversation that is still answering the one before (a conflict, not a full server)."""
+
+
 class ProfileMismatch(ValueError):
     """A message asks an open conversation for another profile than the one it runs."""
 
@@ -117,7 +121,7 @@ class Conversations:
                 "start a new conversation for another"
             )
         if not convo.lock.acquire(blocking=False):
-            raise Busy("this conversation is still answering its last message; wait for it")
+            raise StillAnswering("this conversation is still answering its last message; wait for it")
         try:
             convo.collect.reset()
             convo.session.answer(message)

@@ -36,7 +36,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
         listeners = listen(host, port)
         held.callback(_close, listeners)
         held.enter_context(claim_sessions(s.path(s.sessions_dir)))  # (held while this process lives)
-        service = Service(s)
+        service = Service(s, port=port)
         shown = "localhost" if host in ("0.0.0.0", "::") else host
         url = f"http://{shown}:{port}"
         if service.token_made:
@@ -47,7 +47,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
             where = "SANDSHELL_API_TOKEN" if s.api_token else str(token_file(s))
             say(f"web view: {url}/?token=<the token in {where}>")
         say(
-            f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} tasks at once; model: {service.models.description}"
+            f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} task{'' if s.max_sessions == 1 else 's'} at once;"
+            f" model: {service.models.description}"
         )
         server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=5))
         with contextlib.suppress(KeyboardInterrupt):  # (uvicorn says Ctrl-C again once it has shut down: a stop)

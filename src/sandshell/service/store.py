@@ -57,10 +57,10 @@ class TaskRecord:
         self.turns, self.seconds, self.tokens_in, self.tokens_out = o.turns, o.seconds, o.tokens_in, o.tokens_out
 
     def summary(self) -> dict[str, Any]:
-        """The record without its log (for lists)."""
-        out = dataclasses.asdict(self)
-        out.pop("log")
-        out.pop("request")
+        """The record without its log (for lists); a running task's seconds counted up to now."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("log", "request")}
+        if self.status == "running" and self.started is not None:
+            out["seconds"] = round(max(0.0, time.time() - self.started), 1)
         return out
 
 

@@ -7,6 +7,7 @@ server's own workspace is never given to an API task. What the model wrote stays
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ from sandshell.sandbox import engine
 from sandshell.service.models import Models
 from sandshell.service.store import Store, TaskRecord
 from sandshell.session.control import Control
-from sandshell.session.events import Event
+from sandshell.session.events import Event, ModelReplied, Sink, TurnStarted
 from sandshell.session.outcome import outcome_of
 from sandshell.workspace import init_workspace
 
@@ -43,6 +44,22 @@ class StreamWaker:
 
     def emit(self, event: Event) -> None:
         self.notify(self.task_id)
+
+
+@dataclass
+class Progress:
+    """A sink that keeps a running task's numbers live in its record (turns, tokens), and saves the
+    record at each turn so a server that dies keeps what the task ran."""
+
+    manager: TaskManager
+    record: TaskRecord
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, TurnStarted):
+            self.manager.progress(self.record, turns=event.turn)
+        elif isinstance(event, ModelReplied):
+            evaluated = event.stats.prompt_tokens - event.stats.cached_tokens
+            self.manager.progress(self.record, tokens_in=evaluated, tokens_out=event.stats.completion_tokens)
 
 
 def place(settings: Settings, record: TaskRecord) -> Settings:
@@ -194,6 +211,7 @@ class TaskManager:
             line_log = LineLog(echo=False)
             with self._cond:
                 self.logs[record.id] = line_log.lines  # the live log, as GET /v1/tasks/{id} shows it
+            sinks: list[Sink] = [line_log, Progress(self, record), StreamWaker(self.notify, record.id)]
             outcome = run_headless(
                 record.goal,
                 float(req.get("timeout", 300.0)),
@@ -201,7 +219,7 @@ class TaskManager:
                 place(self.settings, record),
                 backend=backend,
                 control=control,
-                sinks=[line_log, StreamWaker(self.notify, record.id)],
+                sinks=sinks,
                 session_id=record.id,
                 log=line_log.lines.append,
             )
@@ -220,6 +238,22 @@ class TaskManager:
         with self._cond:
             record.log = []  # on disk now; read back when asked
         self.notify(record.id)
+
+    def progress(self, record: TaskRecord, turns: int | None = None, tokens_in: int = 0, tokens_out: int = 0) -> None:
+        """A running task's numbers as they grow; at each new turn its record (and its log so far) is
+        saved, so a server that dies leaves what the task had done."""
+        with self._cond:
+            if turns is not None:
+                record.turns = turns
+            record.tokens_in += tokens_in
+            record.tokens_out += tokens_out
+            if record.started is not None:
+                record.seconds = round(time.time() - record.started, 3)
+            snapshot = None
+            if turns is not None:
+                snapshot = dataclasses.replace(record, log=list(self.logs.get(record.id) or []))
+        if snapshot is not None:
+            self._save(snapshot)  # outside the lock, as at the end
 
     def _finish(self, record: TaskRecord, status: str, error: str | None = None) -> None:
         record.status, record.error, record.ended = status, error, time.time()

@@ -6,6 +6,24 @@
 
 const $ = (id) => document.getElementById(id);
 const MAX_TERM_CHARS = 400000; // the page keeps the last part of a long transcript
+const HEALTH_EVERY_MS = 5000;
+const RETRY_MS = [1000, 2000, 5000, 10000]; // a refused stream is asked for again after these waits
+
+// Text the API gives as it is (a goal) shown as the inert view shows the model's: controls and the
+// bidirectional marks that reorder what a reader sees become visible escapes (U+202E would make
+// "evil" read "live"); newlines and tabs stay.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]/g;
+function visible(text) {
+  return String(text).replace(UNSAFE, (c) => {
+    const code = c.charCodeAt(0);
+    if (code === 0x1b) return "^[";
+    return code < 0x100 ? "\\x" + code.toString(16).padStart(2, "0") : "\\u" + code.toString(16).padStart(4, "0");
+  });
+}
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
+function numbers(t) {
+  return `${plural(t.turns, "turn")} · ${t.seconds.toFixed(1)}s · tokens in ${t.tokens_in}, out ${t.tokens_out}`;
+}
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -33,9 +51,17 @@ async function api(path, options) {
 
 async function health() {
   try {
-    const h = await (await fetch("/v1/health")).json();
-    $("health").textContent = `${h.backend} · ${h.running} running · ${h.queued} waiting`;
+    const h = await (await fetch("/v1/health", { credentials: "same-origin" })).json();
+    const signedIn = typeof h.backend === "string";
+    $("signout").hidden = !signedIn;
+    $("health").textContent = signedIn ? `${visible(h.backend)} · ${h.running} running · ${h.queued} waiting`
+                                       : "not signed in";
   } catch (e) { $("health").textContent = "server not answering"; }
+}
+
+async function signOut() {
+  await fetch("/signout", { method: "POST", credentials: "same-origin" });
+  location.href = "/";
 }
 
 // -- the list --------------------------------------------------------------------------------
@@ -56,10 +82,11 @@ async function showList() {
       link.href = "/tasks/" + encodeURIComponent(t.id);
       const first = el("td", "mono"); first.appendChild(link); tr.appendChild(first);
       tr.appendChild(el("td", "status s-" + t.status, t.status));
-      tr.appendChild(el("td", "", t.goal.slice(0, 160)));
+      tr.appendChild(el("td", "goal", visible(t.goal.slice(0, 160))));
       tr.appendChild(el("td", "", String(t.turns)));
       tr.appendChild(el("td", "", t.seconds.toFixed(1)));
-      tr.appendChild(el("td", "", (t.result || t.error || "").slice(0, 200)));
+      tr.appendChild(el("td", "", `${t.tokens_in} / ${t.tokens_out}`));
+      tr.appendChild(el("td", "goal", visible((t.result || t.error || "").slice(0, 200))));
       return tr;
     });
     $("tasks").replaceChildren(...rows);
@@ -93,11 +120,22 @@ function summary(a) {
 
 const handlers = {
   SessionStarted: (e) => put(`sandshell session ${e.session_id} · ${e.model} · ${e.profile}\n`, "note"),
-  TurnStarted: (e) => put(`── turn ${e.turn} · prompt ${e.prompt_tokens}/${e.n_ctx} tokens ──\n`, "turn"),
-  ModelText: (e) => put(e.text, "model"),
+  TurnStarted: (e) => {
+    put(`── turn ${e.turn} · prompt ${e.prompt_tokens}/${e.n_ctx} tokens ──\n`, "turn");
+    phase.prompt = e.prompt_tokens;
+  },
+  ModelText: (e) => {
+    put(e.text, "model");
+    if (phase.name === "thinking") { phase.generated += 1; showPhase(); }
+  },
+  Phase: (e) => {
+    if (e.name !== phase.name) { phase.name = e.name; phase.since = Date.now(); phase.generated = 0; }
+    showPhase();
+  },
   ModelReplied: (e) => put(e.error ? `\n[answer not valid: ${e.error}]\n` : "\n", e.error ? "warn" : "model"),
   ActionStarted: (e) => {
     const a = e.action;
+    phase.action = a.kind === "bash" ? a.arg : summary(a);
     if (a.comment) put(`# ${a.comment}\n`, "note");
     if (a.kind === "bash") { put(`${e.prompt}${e.by_user ? " (you)" : ""} `, "prompt"); put(a.arg + "\n", ""); }
     else put(summary(a) + "\n", "act");
@@ -127,47 +165,97 @@ const handlers = {
     const box = $("result");
     box.hidden = false;
     box.replaceChildren(
-      el("div", "status s-" + e.status, `${e.status} · ${e.turns} turns · ${e.seconds.toFixed(1)}s · ` +
-                                         `tokens in ${e.tokens_in}, out ${e.tokens_out}`),
+      el("div", "status s-" + e.status, `${e.status} · ${numbers(e)}`),
       el("pre", "", e.result || ""), el("div", "err", e.error || ""));
     ended = true;
+    phase.name = "done";
+    showPhase();
     $("task-status").textContent = e.status;
     $("task-status").className = "status s-" + e.status;
     $("cancel").hidden = true;
   },
 };
 
+// What the session is doing, said at once and counted up, so a slow machine never looks frozen:
+// the prompt being evaluated (no token yet), tokens being generated, a command running.
+const phase = { name: "", since: Date.now(), prompt: 0, generated: 0, action: "" };
+function showPhase() {
+  const secs = Math.floor((Date.now() - phase.since) / 1000);
+  let text = "";
+  if (phase.name === "thinking" && phase.generated === 0) text = `evaluating the prompt (${phase.prompt} tokens) · ${secs}s`;
+  else if (phase.name === "thinking") text = `generating · ${phase.generated} pieces of text · ${secs}s`;
+  else if (phase.name === "running") text = `running ${phase.action.split("\n")[0].slice(0, 120)} · ${secs}s`;
+  else if (phase.name === "paused") text = `paused · ${secs}s`;
+  else if (phase.name === "approval") text = "waiting for approval";
+  $("phase").textContent = ended || phase.name === "done" ? "" : text;
+  $("phase").dataset.phase = phase.name;
+}
+
 async function showTask(id) {
   $("task-view").hidden = false;
   $("task-id").textContent = id;
+  let lastId = 0; // the last event seen: a new stream resumes after it
+  let stream = null;
+  let retries = 0;
+  let settled = false; // the API says the task is over: its word on how it ended is final
   const info = async () => {
     const t = await api("/v1/tasks/" + encodeURIComponent(id));
-    $("task-meta").textContent = `goal: ${t.goal}`;
-    if (ended) return t;
+    $("task-goal").textContent = visible(t.goal);
+    $("task-numbers").textContent = numbers(t);
+    const over = !["queued", "running"].includes(t.status);
+    settled = over;
+    if (ended && !over) return t; // the stream saw the end before the record was written: it knows better
     $("task-status").textContent = t.status + (t.queue_position ? ` (#${t.queue_position} in the queue)` : "");
     $("task-status").className = "status s-" + t.status;
-    $("cancel").hidden = !["queued", "running"].includes(t.status);
+    $("cancel").hidden = over;
     return t;
   };
   $("cancel").addEventListener("click", async () => {
     await api(`/v1/tasks/${encodeURIComponent(id)}/cancel`, { method: "POST" });
     await info();
   });
-  await info();
-  const stream = new EventSource(`/v1/tasks/${encodeURIComponent(id)}/events?view=inert`);
-  for (const [type, handle] of Object.entries(handlers)) {
-    stream.addEventListener(type, (m) => {
-      handle(JSON.parse(m.data));
-      if (type === "SessionEnded") { stream.close(); info().catch(() => {}); }
-    });
-  }
-  stream.onerror = async () => { // the server closed the stream: over, or a pause to resume from
-    const t = await info().catch(() => null);
-    if (!t || !["queued", "running"].includes(t.status)) stream.close();
+  const reconnecting = (why) => { $("connection").textContent = why; };
+  const open = () => {
+    // After a refused stream, the next one says where it was with ?after= (an EventSource sends
+    // Last-Event-ID only on its own reconnections).
+    stream = new EventSource(`/v1/tasks/${encodeURIComponent(id)}/events?view=inert` + (lastId ? `&after=${lastId}` : ""));
+    stream.onopen = () => { retries = 0; reconnecting(""); };
+    for (const [type, handle] of Object.entries(handlers)) {
+      stream.addEventListener(type, (m) => {
+        const seq = Number(m.lastEventId);
+        if (seq && seq <= lastId) return; // seen already (a resumed stream starts after it)
+        if (seq) lastId = seq;
+        handle(JSON.parse(m.data));
+        if (type === "SessionEnded") { stream.close(); reconnecting(""); info().catch(() => {}); }
+      });
+    }
+    stream.onerror = async () => { // a pause to resume from, the end of the recording, or the server gone
+      const t = await info().catch(() => null);
+      if (t && !["queued", "running"].includes(t.status)) { // over: nothing more will come
+        stream.close();
+        reconnecting("");
+        phase.name = "done";
+        showPhase();
+        return;
+      }
+      if (stream.readyState === EventSource.CLOSED) { // refused (a restart, a full server): ask again
+        const wait = RETRY_MS[Math.min(retries, RETRY_MS.length - 1)];
+        retries += 1;
+        reconnecting(`reconnecting to the server (attempt ${retries}, in ${wait / 1000}s)…`);
+        setTimeout(open, wait);
+      } else {
+        reconnecting(t ? "reconnecting to the event stream…" : "the server is not answering; reconnecting…");
+      }
+    };
   };
-  setInterval(() => { if (!$("cancel").hidden) info().catch(() => {}); }, 3000);
+  await info().catch(() => null);
+  open();
+  setInterval(() => { if (!settled) info().catch(() => {}); }, 2000);
+  setInterval(showPhase, 1000);
 }
 
+$("signout").addEventListener("click", () => signOut().catch(() => {}));
 health();
+setInterval(health, HEALTH_EVERY_MS);
 const match = location.pathname.match(/^\/tasks\/([^/]+)$/);
 (match ? showTask(decodeURIComponent(match[1])) : showList()).catch(() => {});
