@@ -130,6 +130,7 @@ def test_replaying_a_recording_needs_neither_llama_cpp_nor_numpy_nor_docker() ->
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.docker  # (prepare checks the engine and builds the image)
 def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: Path) -> None:
     """`pip install .` (not editable): `sandshell --help` and `sandshell prepare` run from another folder."""
     # Build from a copy of the source: building in place would write build/ into the checkout.
@@ -196,10 +197,18 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: P
     assert prepared.returncode == 0, prepared.stderr[-2000:]
     assert (elsewhere / "workspace").is_dir(), "the workspace is made under SANDSHELL_HOME"
     said = subprocess.run(
-        [str(env_dir / "bin" / "python"), "-c", "from sandshell.resources import command as c;"
-         " print(c('replay x')); print(c('reset --yes')); print(c('prepare'))"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            str(env_dir / "bin" / "python"),
+            "-c",
+            "from sandshell.resources import command as c;"
+            " print(c('replay x')); print(c('reset --yes')); print(c('prepare'))",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert said.stdout.split("\n")[:3] == ["sandshell replay x", "sandshell reset --yes", "sandshell prepare"]
 
 

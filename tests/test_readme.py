@@ -27,12 +27,19 @@ def test_the_from_python_snippet_runs_as_printed_from_a_fresh_home(tmp_path: Pat
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SANDSHELL_"))}
     env["SANDSHELL_HOME"] = str(home)
-    prepared = subprocess.run([sys.executable, "-m", "sandshell.cli", "prepare"], cwd=elsewhere, env=env,
-                              capture_output=True, text=True, timeout=900)  # fmt: skip
+    prepared = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "prepare"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert prepared.returncode == 0, prepared.stderr[-2000:]
     (snippet,) = [b for b in python_blocks() if "from sandshell.runner import run_task" in b]
-    ran = subprocess.run([sys.executable, "-c", snippet], cwd=elsewhere, env=env, capture_output=True, text=True,
-                         timeout=900)  # fmt: skip
+    ran = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert (home / "workspace" / "notes.md").read_text() == "hi"  # the home's workspace, as printed
     assert not (elsewhere / "workspace").exists()

@@ -17,6 +17,10 @@ from sandshell.resources import command
 from sandshell.safe_text import say
 
 
+class BadArguments(SandshellError):
+    """An argument the command cannot take: exit status 2, as for argparse's own refusals."""
+
+
 def prepare(for_start: bool = False) -> int:
     """Check Docker, reap leftovers and make sure the sandbox image is built. `for_start`: a bad
     setting or model is left to the command start.sh runs next, which says it once (with the JSON
@@ -100,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("replay", allow_abbrev=False, help="watch a recorded session (a folder under sessions/)")
     rp.add_argument("folder")
     rp.add_argument("--speed", type=float, default=1.0, help="how many times faster than it happened")
-    rr = sub.add_parser("rerun", allow_abbrev=False, help="run a recorded session's actions again (script backend);"
-                        " in the UI, or headless (JSON on stdout) with --headless or without a terminal")  # fmt: skip
+    rr = sub.add_parser(
+        "rerun",
+        allow_abbrev=False,
+        help="run a recorded session's actions again (script backend);"
+        " in the UI, or headless (JSON on stdout) with --headless or without a terminal",
+    )
     rr.add_argument("folder")
     rr.add_argument("--headless", action="store_true", default=argparse.SUPPRESS, help="run without the UI")
     sv = sub.add_parser(
@@ -135,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             from sandshell.tui.run import replay_app, require_terminal, run_app
 
             if not 0 < args.speed < float("inf"):
-                raise SandshellError(f"--speed must be a number above 0 (2 plays twice as fast), not {args.speed:g}")
+                raise BadArguments(f"--speed must be a number above 0 (2 plays twice as fast), not {args.speed:g}")
             open_recording(Path(args.folder)).close()
             require_terminal(
                 "replay shows a recording in the UI, which needs a terminal: run it in one"
-                " (`--headless rerun FOLDER` runs its actions again without one)"
+                " (`rerun FOLDER` runs its actions again without one)"
             )
             run_app(replay_app(Path(args.folder), args.speed))
             return 0
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             from sandshell.runner import run_task
 
             if not 0 < args.timeout < float("inf") or args.max_steps < 1:
-                raise SandshellError("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
+                raise BadArguments("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
             goal = goal or settings.default_goal
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
@@ -181,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.headless:  # a script reading stdout gets its JSON even when the run never began
             numbers = {"turns": 0, "seconds": 0.0, "tokens_in": 0, "tokens_out": 0, "session": None}
             print_result({"status": "error", "result": None, "error": str(e), "log": [], **numbers})
-        return 1
+        return 2 if isinstance(e, BadArguments) else 1
     except KeyboardInterrupt:
         say("interrupted")
         return 130

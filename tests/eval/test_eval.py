@@ -215,8 +215,14 @@ def test_a_turn_that_runs_past_the_time_limit_is_stopped(tmp_path: Path, monkeyp
 def _eval(args: list[str], home: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SANDSHELL_"))}
     env["SANDSHELL_HOME"] = str(home)
-    return subprocess.Popen([sys.executable, "-m", "sandshell.cli", "eval", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "sandshell.cli", "eval", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.model
@@ -267,8 +273,15 @@ def test_eval_stops_on_ctrl_c_and_sigterm_with_a_summary(tmp_path: Path, signals
 
 
 def test_the_result_line_says_turns_and_the_table_names_its_columns_in_words() -> None:
-    r = {"passed": False, "variant": "v", "task": "t", "steps": 1, "seconds": 2.0, "status": "stuck",
-         "error": "the model repeated the same action 4 times in a row"}  # fmt: skip
+    r = {
+        "passed": False,
+        "variant": "v",
+        "task": "t",
+        "steps": 1,
+        "seconds": 2.0,
+        "status": "stuck",
+        "error": "the model repeated the same action 4 times in a row",
+    }
     assert " 1 turn " in report.result_line(r) and "steps" not in report.result_line(r)
     assert " 2 turns " in report.result_line({**r, "steps": 2})
     head = report.table({}).splitlines()[0]

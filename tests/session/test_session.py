@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -273,6 +274,7 @@ def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
     assert result["status"] == "error" and "LLAMA_EXIT_TIMEOUT" in result["error"]
 
 
+@pytest.mark.docker
 def test_a_failed_start_leaves_no_folder_unless_its_caller_named_it(s: Settings, tmp_path: Path) -> None:
     """Headless, the UI, eval: nothing ran, nothing is left in sessions/. The service names a task's
     folder and reads it: there the recording says why the session never began."""
@@ -392,21 +394,40 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
 def test_rerun_without_a_terminal_runs_headless_with_the_recorded_goal(s: Settings) -> None:
     """`sandshell rerun FOLDER` with no terminal and no --headless: JSON, the recording's goal, and no
     `[waiting for approval]` for a session that never asked."""
-    _, _, _, folder = run(s, script({"bash": "cat /app/goal-seen 2>/dev/null; echo ran"}, {"done": "again"}),
-                          goal="the recorded goal")  # fmt: skip
+    _, _, _, folder = run(
+        s, script({"bash": "cat /app/goal-seen 2>/dev/null; echo ran"}, {"done": "again"}), goal="the recorded goal"
+    )
     (Path(s.workspace) / "goal").write_text("a later goal\n")
-    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin",
-           "LLAMA_INTRO": "false"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "sandshell.cli", "rerun", str(folder)], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    env = {
+        "SANDSHELL_WORKSPACE": s.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "PATH": "/usr/bin:/bin",
+        "LLAMA_INTRO": "false",
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "rerun", str(folder)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["result"] == "again"
     assert "waiting for approval" not in proc.stderr + "\n".join(out["log"])
     rerun = [e for _, e in load(Path(out["session"])) if isinstance(e, events.StateRead)]
     assert rerun and rerun[0].goal == "the recorded goal"
-    after = subprocess.run([sys.executable, "-m", "sandshell.cli", "rerun", str(folder), "--headless"],
-                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    after = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "rerun", str(folder), "--headless"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert after.returncode == 0 and json.loads(after.stdout)["result"] == "again", after.stderr
 
 
@@ -519,7 +540,9 @@ def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    bad_argument = "--speed" in args  # exit 2, as for the arguments argparse refuses itself
+    assert proc.returncode == (2 if bad_argument else 1), proc.stderr
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -555,6 +578,16 @@ def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: 
         timeout=60,
     )
     assert typo.returncode == 2 and "unrecognized arguments: --headles" in typo.stderr
+    endless = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x", "--timeout", "inf"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert endless.returncode == 2 and "--timeout must be a finite number" in endless.stderr  # a bad argument: 2
+    assert json.loads(endless.stdout)["status"] == "error"  # and a script reading stdout still gets its JSON
     for argv, said in ((["--headless", "eval"], "eval comes first"), (["replay", "--spe", "2", "x"], "--spe")):
         wrong = subprocess.run(
             [sys.executable, "-m", "sandshell.cli", *argv],

