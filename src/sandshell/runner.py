@@ -3,6 +3,7 @@ Bot, the service's tasks and conversations, eval, rerun), and `run_task`."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -48,8 +49,11 @@ class SessionSpec:
 @contextmanager
 def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
     """Load the model, start the sandbox and the recorder, and build the session; all cleaned up on
-    exit. A start that fails is recorded (its error, the end) and raised as StartFailed."""
+    exit. A start that fails is said to every sink (its error, the end) and raised as StartFailed;
+    it leaves no session folder behind unless the caller named it (`session_id`: the service reads
+    a task's folder, where the recording says why it never began)."""
     s = spec.settings
+    named = spec.session_id is not None
     session_id = spec.session_id or (spec.sandbox.session_id if spec.sandbox else new_session_id())
     recorder = Recorder(
         session_dir(s, session_id),
@@ -61,6 +65,7 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
     sinks: list[Sink] = [recorder, *spec.sinks]
     life = Lifecycle(sinks, session_id, s)
     control = spec.control or Control(approval=s.approval)
+    never_ran = False
     try:
         model = Model(spec.backend or make_backend(s), s)
         box: AbstractContextManager[Sandbox] = (
@@ -75,8 +80,9 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
             control.on_quit.append(sandbox.interrupt)
             yield session
     except (Exception, KeyboardInterrupt) as e:
-        if life.outcome is None:  # it never ran: the recording still says why, and ends
-            failed = outcome_of(e).replace(recording=str(recorder.folder))
+        if life.outcome is None:  # it never ran: every sink still hears why, and the end
+            never_ran = True
+            failed = outcome_of(e).replace(recording=str(recorder.folder) if named else None)
             if control.quitting:  # stopped while it started: it ends as the quit said, not as a failure
                 failed = failed.replace(status=control.ending[0], error=control.ending[1])
             life.end(failed, before=lambda: _say(sinks, Notice("error", failed.error or "")))
@@ -85,6 +91,8 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
         raise
     finally:
         recorder.close()
+        if never_ran and not named:  # nothing ran: no folder to find later with nothing in it
+            shutil.rmtree(recorder.folder, ignore_errors=True)
 
 
 def _say(sinks: list[Sink], event: Event) -> None:

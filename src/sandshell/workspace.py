@@ -22,16 +22,32 @@ I may rewrite this file to remember what I learn about this machine and how to r
 KEEP = {".gitkeep"}
 
 
-def init_workspace(settings: Settings) -> Path:
-    """Create the workspace with its starter files where they are missing."""
-    ws = settings.path(settings.workspace)
-    ws.mkdir(parents=True, exist_ok=True)
-    starters = {
+def starters(settings: Settings) -> dict[str, str]:
+    """The starter files of a fresh workspace, by name."""
+    return {
         "goal": settings.default_goal.rstrip() + "\n",
         "system.md": STARTER_SYSTEM,
         "config.json": json.dumps(STARTER, indent=2) + "\n",
     }
-    for name, text in starters.items():
+
+
+def is_fresh(ws: Path, settings: Settings) -> bool:
+    """Whether `ws` holds its starter files as laid out, and nothing else (a link is never fresh)."""
+    expected = starters(settings)
+    try:
+        entries = [p for p in ws.iterdir() if p.name not in KEEP]
+        if sorted(p.name for p in entries) != sorted(expected):
+            return False
+        return all(p.is_file() and not p.is_symlink() and p.read_bytes() == expected[p.name].encode() for p in entries)
+    except OSError:
+        return False
+
+
+def init_workspace(settings: Settings) -> Path:
+    """Create the workspace with its starter files where they are missing."""
+    ws = settings.path(settings.workspace)
+    ws.mkdir(parents=True, exist_ok=True)
+    for name, text in starters(settings).items():
         if not (ws / name).exists() and not (ws / name).is_symlink():
             (ws / name).write_text(text, encoding="utf-8")
     return ws
@@ -76,7 +92,10 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             say("nothing changed")
             return 1
-    if ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
+    fresh = ws.is_dir() and not ws.is_symlink() and is_fresh(ws, settings)
+    if fresh:  # archiving it again would only pile up copies of the starter files
+        say(f"workspace {ws} is already fresh: nothing to archive")
+    elif ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
         try:
             saved = archive(ws, ws.parent / f"{ws.name}-archive", settings.workspace_limit)
         except hosttree.TooBig as e:
@@ -90,7 +109,8 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
             if name not in KEEP:
                 hosttree.remove(ws, name)
     init_workspace(settings)
-    say(f"workspace {ws} is fresh: goal, system.md and config.json written")
+    if not fresh:
+        say(f"workspace {ws} is fresh: goal, system.md and config.json written")
     try:
         from sandshell.sandbox import engine
 

@@ -55,6 +55,13 @@ def test_ask_returns_the_parsed_actions_and_keeps_the_exchange() -> None:
     assert second[0]["content"].startswith("You look around.") and '{"bash": "command"}' in second[0]["content"]
 
 
+def test_ask_lowers_a_timeout_above_the_limit_to_it() -> None:
+    llm, _ = _llm(['[{"bash": "sleep 1", "timeout": 2000}, {"bash": "ls", "timeout": 5}]'])
+    cap = llm.settings.max_exit_timeout
+    assert llm.ask("Go") == [{"bash": "sleep 1", "timeout": cap}, {"bash": "ls", "timeout": 5}]
+    assert json.loads(llm.history[-1]["content"])[0]["timeout"] == cap  # the history holds what would run
+
+
 def test_clear_history_keeps_only_the_system_prompt() -> None:
     llm, backend = _llm(['{"bash": "ls"}', '{"bash": "pwd"}'])
     llm.ask("one")

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +210,79 @@ def test_a_turn_that_runs_past_the_time_limit_is_stopped(tmp_path: Path, monkeyp
     [res] = run_suite([task], [Variant("v", s)], tmp_path / "out")
     assert res.status == "timeout" and "past the time limit" in (res.error or "")
     assert res.seconds < 15 and not res.passed
+
+
+def _eval(args: list[str], home: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SANDSHELL_"))}
+    env["SANDSHELL_HOME"] = str(home)
+    return subprocess.Popen(
+        [sys.executable, "-m", "sandshell.cli", "eval", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.model
+@pytest.mark.docker
+def test_eval_in_parallel_on_the_real_model_loses_no_output(tmp_path: Path) -> None:
+    """Two sessions load their models at once: every task's line, the table and `results in` arrive."""
+    names = ("write-hello", "rename-file", "count-files")
+    picked = [str(TASKS / f"{n}.toml") for n in names]
+    variant = "m:SANDSHELL_PROFILE=locked,LLAMA_MAX_TOKENS=96,LLAMA_REPEAT_LIMIT=2"
+    proc = _eval([*picked, "--parallel", "2", "--out", str(tmp_path / "run"), "--variant", variant], tmp_path)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    for name in names:
+        assert sum(name in line for line in out.splitlines()) == 1, out  # its result line
+        assert name in err  # its progress line
+    assert "| time to first token (mean s) |" in out and "| m | all |" in out
+    assert "results in" in err
+
+
+SLOW = GOOD.replace("time_limit = 30", "time_limit = 120").replace("step_limit = 4", "step_limit = 50")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("signals", [["SIGINT"], ["SIGINT", "SIGINT"], ["SIGTERM"]])
+def test_eval_stops_on_ctrl_c_and_sigterm_with_a_summary(tmp_path: Path, signals: list[str]) -> None:
+    """First Ctrl-C: after the current turn; a second (or SIGTERM): at once. The table is printed either way."""
+    sleep = "sleep 30" if len(signals) > 1 or signals == ["SIGTERM"] else "sleep 2"
+    script = tmp_path / "slow.jsonl"
+    script.write_text("".join(f'[{{"bash": "{sleep} # {i}", "timeout": 60}}]\n' for i in range(40)))
+    tasks = [write(tmp_path, f"slow{i}", SLOW) for i in range(4)]
+    variant = f"s:LLAMA_BACKEND=script,LLAMA_SCRIPT={script},LLAMA_INTRO=false,SANDSHELL_PROFILE=locked"
+    proc = _eval([*map(str, tasks), "--out", str(tmp_path / "run"), "--variant", variant], tmp_path)
+    assert proc.stderr is not None
+    assert "tasks ×" in proc.stderr.readline()  # the header: the run has begun
+    time.sleep(8)  # the first task's session is under way
+    started = time.monotonic()
+    for name in signals:
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - started
+    assert took < 20, f"took {took:.0f}s to stop:\n{err[-2000:]}"
+    assert proc.returncode == 128 + getattr(signal, signals[-1]), err[-2000:]
+    assert "stopped early" in err and "of 4 tasks ran" in err and "results in" in err
+    assert "| variant | level |" in out and "slow0" in out and "slow3" not in out
+    doc = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert doc["results"][0]["status"] == "quit" and "of 4 tasks ran" in doc["meta"]["stopped"]
+
+
+def test_the_result_line_says_turns_and_the_table_names_its_columns_in_words() -> None:
+    r = {
+        "passed": False,
+        "variant": "v",
+        "task": "t",
+        "steps": 1,
+        "seconds": 2.0,
+        "status": "stuck",
+        "error": "the model repeated the same action 4 times in a row",
+    }
+    assert " 1 turn " in report.result_line(r) and "steps" not in report.result_line(r)
+    assert " 2 turns " in report.result_line({**r, "steps": 2})
+    head = report.table({}).splitlines()[0]
+    assert "time to first token" in head and "prompt reuse" in head and "ttft" not in head

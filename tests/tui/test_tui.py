@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.text import Text
@@ -14,6 +15,8 @@ from textual.events import Key
 
 from sandshell import config
 from sandshell.config import Settings
+from sandshell.model.script import ScriptBackend
+from sandshell.model.types import Message, PromptProgress, Stats
 from sandshell.tui.app import SandshellApp
 from sandshell.tui.run import live_app, replay_app
 from sandshell.tui.widgets import ShellHighlighter, ShellLog, StatusBar
@@ -151,7 +154,7 @@ async def test_edit_changes_a_reads_path_and_a_writes_content(workspace: Path, t
         area.text = "new\nsecond line"  # type: ignore[attr-defined]
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: app.ended is not None)
-        assert "◆ read /app/b\n· → read 7 bytes" in log_text(app)
+        assert "◆ read /app/b\n  from b\n· → read 7 bytes" in log_text(app)
         assert (workspace / "d").read_text() == "new\nsecond line" and not (workspace / "c").exists()
         await pilot.press("q")
 
@@ -378,6 +381,7 @@ async def test_a_start_error_is_shown_whole_and_again_after_quit(
         shown = " ".join(line[2:].strip() for line in lines)
         assert "model.gguf" in shown and "LLAMA_MODEL_PATH" in shown  # the whole sentence, what to do included
         assert max(len(line) for line in lines) <= 80  # wrapped to the pane, not cut at its edge
+        assert "loading model" not in str(app.status.render())  # it will not load: the bar says so
         await pilot.press("q")
     from sandshell.cli import summary
 
@@ -415,3 +419,148 @@ async def test_w_copies_the_workspace_back_while_the_session_runs(workspace: Pat
         assert mounted.ended is None and mounted.check_action("sync", ()) is False
         await pilot.press("q")
         await wait_for(pilot, lambda: not mounted.is_running)
+
+
+class SlowWriter(ScriptBackend):
+    """The script backend writing each answer a piece at a time, as a slow machine's model does."""
+
+    def __init__(self, lines: list[str], seconds: float) -> None:
+        super().__init__(lines)
+        self.seconds = seconds
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+        for item in super().stream(messages, params):
+            if isinstance(item, str):
+                for i in range(0, len(item), 4):
+                    time.sleep(self.seconds / max(1, len(item) // 4))
+                    yield item[i : i + 4]
+            else:
+                yield item
+
+
+def toasts(app: SandshellApp) -> str:
+    return " ".join(str(t.render()) for t in app.screen.query("Toast"))
+
+
+@pytest.mark.docker
+async def test_take_over_while_the_model_writes_is_told_queued_and_x_runs_it_now(
+    workspace: Path, tmp_path: Path
+) -> None:
+    answers = [json.dumps({"bash": "echo model-ran"}), json.dumps({"done": "x"})]
+    s = settings_for(workspace, tmp_path)
+    app = live_app(s, backend=SlowWriter(answers, seconds=30.0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_for(pilot, lambda: app.status.state == "generating", seconds=60)  # (a loaded machine)
+        await pilot.press("t", *"echo mine", "enter")
+        await pilot.pause(0.3)
+        assert "queued: it runs after the answer being written" in toasts(app)
+        assert "cut_short" in shown_keys(app)
+        started = time.monotonic()
+        await pilot.press("x")
+        await wait_for(pilot, lambda: "echo mine   (you)" in log_text(app))
+        assert time.monotonic() - started < 10  # not after the 30 s answer
+        assert "cut short" in log_text(app) and "model-ran" not in log_text(app)
+        assert "cut_short" not in shown_keys(app)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_the_shell_pane_has_the_keys_when_the_ui_opens() -> None:
+    app = replay_app(RECORDING, speed=100.0)
+    async with app.run_test(size=(100, 20)) as pilot:
+        await wait_for(pilot, lambda: app.ended is not None)
+        log = app.query_one(ShellLog)
+        await pilot.pause(0.2)
+        assert log.has_focus and log.max_scroll_y > 0
+        end = log.scroll_y
+        await pilot.press("pageup")
+        await pilot.pause(0.1)
+        assert log.scroll_y < end
+        await pilot.press("home")
+        await pilot.pause(0.1)
+        assert log.scroll_y == 0
+        await pilot.press("question_mark")
+        assert "Tab" in str(app.screen.query_one("#help-text").render())  # how focus moves is told
+
+
+async def test_at_80x24_the_shell_gets_the_width_and_g_brings_the_panel_back() -> None:
+    app = replay_app(RECORDING, speed=100.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ended is not None)
+        log, panel = app.query_one(ShellLog), app.query_one("#world")
+        assert log.size.width >= 76 and not panel.display
+        assert "g shows it" in log_text(app)
+        await pilot.press("g")
+        await pilot.pause(0.1)
+        assert panel.display and panel.size.width > 0
+        await pilot.press("g")
+        await pilot.pause(0.1)
+        assert not panel.display
+        await pilot.resize_terminal(140, 36)  # wide: the panel comes back by itself... unless g hid it
+        await pilot.pause(0.1)
+        assert not panel.display
+    wide = replay_app(RECORDING, speed=100.0)
+    async with wide.run_test(size=(140, 36)) as pilot:
+        await pilot.pause(0.2)
+        assert wide.query_one("#world").display
+
+
+@pytest.mark.docker
+async def test_the_status_bar_times_a_pause_from_the_key_and_a_step_shows_its_work(
+    workspace: Path, tmp_path: Path
+) -> None:
+    s = settings_for(workspace, tmp_path, *[{"bash": f"sleep 1.5 # {i}"} for i in range(6)], {"done": "x"})
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        status = app.query_one(StatusBar)
+        await wait_for(pilot, lambda: status.state == "running a command" and time.monotonic() - status.since > 1.2)
+        await pilot.press("p")
+        assert "[paused 0s]" in str(status.render())
+        await wait_for(pilot, lambda: status.state == "paused" and "sleep 1.5 # 1" not in log_text(app), seconds=5)
+        await pilot.pause(0.5)
+        seen: set[str] = set()
+        await pilot.press("s")
+        deadline = time.monotonic() + 10
+        while "sleep 1.5 # 1" not in log_text(app) or status.state != "paused":
+            seen.add(status.state)
+            assert time.monotonic() < deadline
+            await pilot.pause(0.05)
+        assert "running a command" in seen  # the step's command, not "paused" while it ran
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
+
+
+@pytest.mark.docker
+async def test_a_read_shows_its_content_in_the_shell_pane(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "notes.txt").write_text("first line\nsecond line\n" + "".join(f"row {i}\n" for i in range(5000)))
+    s = settings_for(workspace, tmp_path, {"read": "/app/notes.txt"}, {"done": "x"})
+    app = live_app(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ended is not None)
+        lines = app.query_one(ShellLog).lines
+        text = log_text(app)
+        assert "  first line" in lines and "  second line" in lines
+        assert "row 2500" not in text and "characters left out" in text  # bounded (what the model sees), and said so
+        await pilot.press("q")
+
+
+class SlowPrompt(ScriptBackend):
+    """The script backend, its prompt evaluated in batches first, as llama.cpp does on a slow machine."""
+
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats | PromptProgress]:
+        for done in range(512, 2049, 512):
+            time.sleep(0.6)
+            yield PromptProgress(done, 2048)
+        yield from super().stream(messages, params)
+
+
+@pytest.mark.docker
+async def test_the_status_bar_shows_the_prompts_evaluation_as_it_goes(workspace: Path, tmp_path: Path) -> None:
+    app = live_app(settings_for(workspace, tmp_path), backend=SlowPrompt([json.dumps({"done": "x"})]))
+    async with app.run_test(size=SIZE) as pilot:
+        seen: set[str] = set()
+        while app.ended is None:
+            seen.add(str(app.status.render()))
+            await pilot.pause(0.05)
+        assert any("[evaluating prompt 1,024/2,048 tokens" in s for s in seen), seen
+        await pilot.press("q")

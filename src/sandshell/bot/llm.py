@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -28,7 +29,8 @@ class LLM:
     """A backend (llama.cpp by default, as the settings say) and a bounded chat history.
 
     `ask(message)` returns the answer as a list of action objects (`[{"comment": ..., "bash":
-    ...}]`, the format sessions use) or raises ModelError when the answer is not valid actions
+    ...}]`, the format sessions use; a command's `timeout` above LLAMA_MAX_EXIT_TIMEOUT is
+    lowered to it, as a session would run it) or raises ModelError when the answer is not valid actions
     (a failed answer is not kept in the history). The oldest exchanges are dropped when the
     history no longer fits the context window; the system prompt always stays."""
 
@@ -67,6 +69,14 @@ class LLM:
         if reply.error:
             log.info("the model's answer did not parse: %s", reply.error)
             raise ModelError(f"the model's answer was not a list of actions: {reply.error}")
+        cap = self.settings.max_exit_timeout  # as a session would run it: what is returned is what would run
+        found = [
+            dataclasses.replace(a, timeout=cap) if a.timeout is not None and a.timeout > cap else a
+            for a in reply.actions
+        ]
+        if found != reply.actions:
+            log.info("a command's timeout was lowered to the limit, %gs (LLAMA_MAX_EXIT_TIMEOUT)", cap)
+        reply.actions = found
         answer = actions.dumps(reply.actions)
         self.history += [turn, {"role": "assistant", "content": answer}]
         del self.history[: max(0, len(self.history) - MAX_HISTORY)]

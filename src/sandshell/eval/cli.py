@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from sandshell import config
 from sandshell.errors import SandshellError
 from sandshell.eval import report
-from sandshell.eval.run import TaskResult, Variant, run_suite
+from sandshell.eval.run import Stop, TaskResult, Variant, run_suite
 from sandshell.eval.task import TaskError, load_tasks, select
+from sandshell.resources import command
 from sandshell.safe_text import say, visible
 
 BAR = 30
@@ -111,8 +116,13 @@ def run(args: argparse.Namespace) -> int:
         "time_scale": args.time_scale,
         "variants": {v.label: _described(v) for v in vs},
     }
-    results = run_suite(tasks, vs, out, args.parallel, args.repeat, on_result=Progress())
+    stop = Stop()
+    total = len(tasks) * len(vs) * args.repeat
+    with _stopped_by_signals(stop):
+        results = run_suite(tasks, vs, out, args.parallel, args.repeat, on_result=Progress(), stop=stop)
     sys.stderr.write("\n")
+    if stop.asked:
+        meta["stopped"] = f"{stop.asked}: {len(results)} of {total} tasks ran"
     meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
     doc = report.document([r.to_json() for r in results], meta)
     path = Path(args.json) if args.json else out / "results.json"
@@ -122,8 +132,32 @@ def run(args: argparse.Namespace) -> int:
         print(visible(report.result_line(r) + (f"  [{r['session']}]" if not r["passed"] and r["session"] else "")))
     print()
     print(report.table(doc["summary"]))
-    say(f"results in {path}; replay a task with ./start.sh replay <its recording>")
-    return 0
+    if stop.asked:
+        say(f"stopped early ({stop.asked}): {len(results)} of {total} tasks ran; the table counts those only")
+    say(f"results in {path}; replay a task with {command('replay <its recording>')}")
+    return 128 + stop.signal if stop.asked else 0  # as a shell reports a process its signal ended
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: Stop) -> Iterator[None]:
+    """The first Ctrl-C stops each task after its current turn, a second at once; SIGTERM (and
+    SIGHUP) at once. Either way the run ends with what ran: its lines, table and JSON."""
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.signal = signum
+        if signum == signal.SIGINT and not stop.asked:
+            say("stopping after each running task's current turn (Ctrl-C again stops at once)")
+            stop.gently()
+        else:
+            say("stopping now")
+            stop.now()
+
+    before = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _described(v: Variant) -> dict[str, Any]:

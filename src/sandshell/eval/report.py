@@ -76,12 +76,17 @@ def result_line(r: dict[str, Any]) -> str:
     mark = "PASS" if r["passed"] else "fail"
     rep = f" #{r['repeat']}" if r.get("repeat", 1) > 1 else ""
     why = "" if r["passed"] else f" ({r['status']}{': ' + r['error'] if r['error'] else ''})"[:160]
-    return f"{mark} {r['variant']:<10} {r['task']:<28}{rep} {r['steps']:>2} steps {r['seconds']:>6.1f}s{why}"
+    turns = f"{r['steps']:>2} turn" + ("" if r["steps"] == 1 else "s")  # (a turn: one answer, of one or more actions)
+    return f"{mark} {r['variant']:<10} {r['task']:<28}{rep} {turns} {r['seconds']:>6.1f}s{why}"
 
 
 def table(summary: dict[str, dict[str, Any]]) -> str:
     """The summary as a Markdown table."""
-    head = "| variant | level | passed | rate | mean steps | tokens in | tokens out | mean s | mean ttft s | ttft after turn 2 (median) | turns ≥80% cached after turn 2 | endings |"  # noqa: E501
+    head = (
+        "| variant | level | passed | rate | turns (mean) | prompt tokens evaluated (mean) | tokens written (mean) "
+        "| seconds (mean) | time to first token (mean s) | time to first token after turn 2 (median s) "
+        "| prompt reuse after turn 2 (turns ≥80% cached) | endings |"
+    )
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for variant, levels in summary.items():
         for level, g in levels.items():

@@ -81,13 +81,57 @@ class TurnStats:
             self.cache.append(round(event.stats.cached_tokens / event.stats.prompt_tokens, 3))
 
 
+STOPPED = "stopped before the task ended (Ctrl-C or SIGTERM)"
+
+
+class Stop:
+    """How an eval run is stopped early: after each running task's current turn, or at once.
+
+    No task starts once either is asked; the tasks that ran keep their results."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._controls: set[Control] = set()
+        self.asked = ""  # "", "after the turn", "now"
+        self.signal = 0  # the signal that asked, when one did
+
+    def gently(self) -> None:
+        """Each running session ends once its current turn has run (its model's answer and actions)."""
+        with self._lock:
+            self.asked = self.asked or "after the turn"
+            for control in self._controls:
+                control.stop_after_turn(STOPPED)
+
+    def now(self) -> None:
+        """Each running session stops at once (its command interrupted, its container removed)."""
+        with self._lock:
+            self.asked = "now"
+            for control in self._controls:
+                control.quit("quit", STOPPED)
+
+    def watch(self, control: Control) -> None:
+        with self._lock:
+            self._controls.add(control)
+            if self.asked == "now":
+                control.quit("quit", STOPPED)
+            elif self.asked:
+                control.stop_after_turn(STOPPED)
+
+    def forget(self, control: Control) -> None:
+        with self._lock:
+            self._controls.discard(control)
+
+
 def _tail(text: str) -> str:
     text = text.strip()
     return text if len(text) <= OUTPUT_CHARS else "…" + text[-OUTPUT_CHARS:]
 
 
-def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, repeat: int = 1) -> TaskResult:
+def attempt(
+    task: Task, variant: Variant, out: Path, backend: Backend | None, repeat: int = 1, stop: Stop | None = None
+) -> TaskResult:
     """Setup and session in one sandbox, the check in a fresh one; never raises for the task's or the model's faults."""
+    stop = stop or Stop()
     res = TaskResult(task.name, task.level, variant.label, repeat)
     if variant.solutions:
         backend = ScriptBackend(task.solution_lines(), variant.settings.n_ctx, source=f"{task.name} solution")
@@ -105,6 +149,7 @@ def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, re
         control = Control()
         # The session checks its time limit between turns; a turn that runs on is stopped here.
         hard = threading.Timer(task.time_limit + HARD_GRACE, control.quit)
+        stop.watch(control)
         try:
             spec = SessionSpec(s, task.goal, backend, [turns], control, log=lambda _: None)
             with open_session(spec) as session:
@@ -119,16 +164,20 @@ def attempt(task: Task, variant: Variant, out: Path, backend: Backend | None, re
                 outcome = session.run()
                 hard.cancel()
                 res.status, res.error = outcome.status, outcome.error
-                if control.quitting:
-                    res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"
                 res.steps, res.tokens_in, res.tokens_out = outcome.turns, outcome.tokens_in, outcome.tokens_out
-                check = run_check(session.sandbox, task.check, s, CHECK_TIMEOUT)
-                res.passed = check.ok
-                res.check_output = _tail(check.output if check.error is None else check.error)
+                if stop.asked == "now" or (stop.asked and outcome.status == "quit"):  # stopped: not scored
+                    res.status, res.error = "quit", STOPPED
+                else:
+                    if control.quitting:
+                        res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"
+                    check = run_check(session.sandbox, task.check, s, CHECK_TIMEOUT)
+                    res.passed = check.ok
+                    res.check_output = _tail(check.output if check.error is None else check.error)
         except SandshellError as e:
             res.status, res.error = "error", str(e)
         finally:
             hard.cancel()
+            stop.forget(control)
     res.seconds = round(time.monotonic() - started, 2)
     res.ttft, res.cache = turns.ttft, turns.cache
     return res
@@ -164,15 +213,20 @@ def run_suite(
     parallel: int = 1,
     repeat: int = 1,
     on_result: Callable[[TaskResult, int, int], None] | None = None,
+    stop: Stop | None = None,
 ) -> list[TaskResult]:
-    """Run every job; `on_result(result, finished, total)` is called as each one ends (for progress)."""
+    """Run every job; `on_result(result, finished, total)` is called as each one ends (for progress).
+    Once `stop` is asked, no job starts: the results are those of the jobs that ran."""
     todo = list(jobs(tasks, variants, repeat))
     pool, results, lock = Pool(), list[TaskResult](), threading.Lock()
+    stop = stop or Stop()
 
-    def one(job: tuple[Task, Variant, int]) -> TaskResult:
+    def one(job: tuple[Task, Variant, int]) -> TaskResult | None:
         task, variant, k = job
+        if stop.asked:
+            return None
         try:
-            result = attempt(task, variant, out, pool.get(variant), k)
+            result = attempt(task, variant, out, pool.get(variant), k, stop)
         except SandshellError as e:  # the model could not be loaded
             result = TaskResult(task.name, task.level, variant.label, k, error=str(e))
         with lock:
@@ -183,4 +237,4 @@ def run_suite(
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
         ordered = list(ex.map(one, todo))
-    return ordered
+    return [r for r in ordered if r is not None]

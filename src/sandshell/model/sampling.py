@@ -19,6 +19,8 @@ import numpy as np
 from llama_cpp import llama_cpp as C
 from llama_cpp._internals import LlamaTokenDataArray
 
+from sandshell.model.types import PromptProgress
+
 # The sampling parameters this path understands; anything else falls back to llama-cpp-python.
 SUPPORTED = {
     "max_tokens",
@@ -87,13 +89,9 @@ class GrammarSampler:
         C.llama_sampler_apply(chain.sampler, arr)
         return int(self.candidates.candidates_data.id[self.candidates.candidates.selected])
 
-    def generate(
-        self, tokens: list[int], params: dict[str, Any], penalized: list[int] | None = None
-    ) -> Iterator[tuple[str, bool]]:
-        """Evaluate the prompt (reusing the KV cache's common prefix), then yield (text, cut) pieces.
-
-        `penalized` tokens enter the repeat penalty's history first, as if just written.
-        """
+    def prefill(self, tokens: list[int]) -> Iterator[PromptProgress]:
+        """Evaluate the prompt, reusing the KV cache's common prefix, a batch (n_batch) at a time; after
+        each, how far it is. llama.cpp decodes in batches of n_batch anyway: the same work, told."""
         llm = self.llm
         prefix = 0
         for a, b in zip(llm._input_ids[: llm.n_tokens].tolist(), tokens, strict=False):
@@ -101,7 +99,19 @@ class GrammarSampler:
                 break
             prefix += 1
         llm.n_tokens = min(prefix, len(tokens) - 1)  # the last prompt token is evaluated again for its logits
-        llm.eval(tokens[llm.n_tokens :])
+        todo, batch = tokens[llm.n_tokens :], max(1, llm.n_batch)
+        for i in range(0, len(todo), batch):
+            llm.eval(todo[i : i + batch])
+            yield PromptProgress(min(i + batch, len(todo)), len(todo))
+
+    def generate(
+        self, tokens: list[int], params: dict[str, Any], penalized: list[int] | None = None
+    ) -> Iterator[tuple[str, bool]]:
+        """Yield (text, cut) pieces of the answer to `tokens`, once `prefill` has evaluated them.
+
+        `penalized` tokens enter the repeat penalty's history first, as if just written.
+        """
+        llm = self.llm
         chain = self._chain(params)
         for token in penalized or ():
             C.llama_sampler_accept(chain.sampler, token)

@@ -14,7 +14,7 @@ from sandshell.config import Settings
 from sandshell.errors import ModelError
 from sandshell.model import actions
 from sandshell.model.actions import Action, ParseError
-from sandshell.model.types import Backend, Message, Stats
+from sandshell.model.types import Backend, Message, PromptProgress, Stats
 
 
 @dataclass
@@ -38,8 +38,8 @@ class Model:
 
     def turn(
         self, messages: list[Message], params: dict[str, Any], score: Callable[[Reply], float] | None = None
-    ) -> Iterator[str | Reply]:
-        """Stream the answer's text, then yield one Reply.
+    ) -> Iterator[str | Reply | PromptProgress]:
+        """Stream the prompt's evaluation and the answer's text, then yield one Reply.
 
         With `best_of` N > 1 and a `score`, N answers are sampled (the prompt's KV cache is reused,
         only the answers are new) and the best scored one is given, its text all at once.
@@ -69,7 +69,7 @@ class Model:
         yield chosen.text
         yield chosen
 
-    def _attempts(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Reply]:
+    def _attempts(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Reply | PromptProgress]:
         """One answer, asked again (a bounded number of times) while an unconstrained one does not parse."""
         retries = 0 if self.backend.constrained else self.settings.parse_retries
         convo = list(messages)
@@ -80,6 +80,8 @@ class Model:
             for item in self.backend.stream(convo, params):
                 if isinstance(item, Stats):
                     _add(total, item)
+                elif isinstance(item, PromptProgress):
+                    yield item
                 else:
                     text += item
                     yield item

@@ -21,6 +21,14 @@ def sendable(messages: list[Message]) -> list[Message]:
     return [{**m, "content": for_model(m["content"])} for m in messages]
 
 
+@dataclass(frozen=True)
+class PromptProgress:
+    """Prompt tokens evaluated so far, of those to evaluate (the prefix reused from the cache is not counted)."""
+
+    done: int
+    total: int
+
+
 @dataclass
 class Stats:
     """How one generation went."""
@@ -53,6 +61,6 @@ class Backend(Protocol):
         """Tokens the prompt for `messages` takes."""
         ...
 
-    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats | PromptProgress]:
         """Yield text chunks, then one Stats."""
         ...

@@ -9,6 +9,7 @@ from typing import Any
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
+from sandshell.resources import command
 from sandshell.sandbox import engine, kube
 from sandshell.sandbox.connection import AttachConnection, Connection
 from sandshell.sandbox.container import ContainerSpec, create_container, remove_container
@@ -19,10 +20,16 @@ from sandshell.sandbox.pods import Pod, needs_image
 Log = Callable[[str], None]
 
 
-def check_workspace(workspace: Path) -> None:
-    if not workspace.is_dir():
-        why = "is not a folder" if workspace.exists() else "does not exist; run ./reset.sh to create it"
-        raise SandboxError(f"the workspace {workspace} {why}")
+def check_workspace(workspace: Path, settings: Settings) -> None:
+    """One sentence when `workspace` cannot go to /app. Reset is advised only for the folder it lays
+    out (the settings' own workspace), never for a folder named elsewhere."""
+    if workspace.is_dir():
+        return
+    if workspace.exists():
+        raise SandboxError(f"the workspace {workspace} is not a folder")
+    home = workspace == settings.path(settings.workspace)
+    fix = f"run {command('reset')} to create it" if home else "create it first"
+    raise SandboxError(f"the workspace {workspace} does not exist; {fix}")
 
 
 def start_container(
@@ -34,7 +41,7 @@ def start_container(
         client = engine.client(settings)
         for name in engine.reap(client):
             log(f"removed a leftover container {name}")
-    check_workspace(workspace)
+    check_workspace(workspace, settings)
     image = ensure_image(client, settings, log)
     spec = ContainerSpec.for_session(settings, workspace, session_id, image, log)
     container = create_container(client, spec)
@@ -50,7 +57,7 @@ def start_pod(
         cluster = kube.Cluster(settings)
         for name in cluster.reap(engine._alive):
             log(f"removed a leftover pod {name}")
-    check_workspace(workspace)
+    check_workspace(workspace, settings)
     pod = Pod(cluster, settings, session_id)
     pod.create()
     return cluster, pod, pod.connection()

@@ -16,6 +16,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import SandboxError
+from sandshell.resources import command
 from sandshell.sandbox import network, quarantine
 from sandshell.sandbox.engine import HOST_LABEL, LABEL, PID_LABEL, archive_transfer
 from sandshell.sandbox.transfer import fill_volume, pack
@@ -184,7 +185,7 @@ def create_container(client: docker.DockerClient, spec: ContainerSpec) -> Any:
         return container
     except docker.errors.ImageNotFound:
         _remove(client, container, spec)
-        raise SandboxError(f"the sandbox image {spec.image} is missing; run ./start.sh to build it") from None
+        raise SandboxError(f"the sandbox image {spec.image} is missing; run {command('prepare')} to build it") from None
     except docker.errors.APIError as e:
         _remove(client, container, spec)
         raise SandboxError(f"cannot start the sandbox container: {e.explanation or e}") from None

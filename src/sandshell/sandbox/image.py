@@ -18,7 +18,7 @@ import docker.errors
 
 from sandshell.config import Settings
 from sandshell.errors import DockerUnavailable, ImageError
-from sandshell.resources import agent_dir, container_dir
+from sandshell.resources import agent_dir, command, container_dir
 from sandshell.sandbox.engine import is_local, local_client
 
 PULL_CANDIDATE = "python:3.12-slim-bookworm"
@@ -105,7 +105,7 @@ def bootstrap_base(tag: str, log: Log, log_file: Path) -> None:
     """Build a Debian base image with debootstrap (needs root and Debian's mirror only)."""
     if os.geteuid() != 0:
         raise ImageError(
-            "no base image is available and building one needs root: run `sudo ./start.sh` once, "
+            f"no base image is available and building one needs root: run `sudo {command('prepare')}` once, "
             "or set SANDSHELL_BASE_IMAGE to an image you have"
         )
     log(f"building the base image {tag} with debootstrap (about 2-4 minutes, once); log: {log_file}")

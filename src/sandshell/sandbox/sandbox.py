@@ -39,8 +39,8 @@ class Sandbox:
     ) -> None:
         from sandshell import config
 
-        self.settings = settings or config.load()
-        self.workspace = Path(workspace) if workspace is not None else self.settings.path(self.settings.workspace)
+        self.settings = settings or config.load()  # (a relative workspace is in SANDSHELL_HOME, as all paths)
+        self.workspace = self.settings.path(str(workspace if workspace is not None else self.settings.workspace))
         self.session_id, self.log = session_id or engine.new_session_id(), log
         self.container: Any = None
         self.conn: Connection | None = None

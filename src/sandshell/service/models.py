@@ -24,7 +24,7 @@ from sandshell.config import Settings
 from sandshell.errors import ModelError
 from sandshell.model.script import ScriptBackend
 from sandshell.model.turn import make_backend
-from sandshell.model.types import Backend, Message, Stats
+from sandshell.model.types import Backend, Message, PromptProgress, Stats
 
 
 class LeftTheLine(Exception):
@@ -97,7 +97,7 @@ class GatedBackend:
     def count(self, messages: list[Message]) -> int:
         return self.inner.count(messages)
 
-    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats]:
+    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats | PromptProgress]:
         try:
             with self.gate.hold(self.cancelled):
                 yield from self.inner.stream(messages, {**params, **self.extra})

@@ -30,6 +30,8 @@ class Control:
         self._step = threading.Event()
         self._granted = False
         self._quit = threading.Event()
+        self._cut = threading.Event()
+        self._finish = threading.Event()
         self._hints: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._decisions: queue.SimpleQueue[Decision] = queue.SimpleQueue()
@@ -65,12 +67,25 @@ class Control:
         for hook in list(self.on_quit):
             hook()
 
+    def stop_after_turn(self, why: str = "the user stopped it after a turn") -> None:
+        """End the session once the turn under way has run (nothing is interrupted), as a quit."""
+        if not self._quit.is_set() and not self._finish.is_set():
+            self.ending = ("quit", why)
+        self._finish.set()
+        self._running.set()
+        self._poke()
+
     def hint(self, text: str) -> None:
         self._hints.put(text)
 
     def take_over(self, command: str) -> None:
         """Run `command` in the sandbox as the user; the model sees it and its output."""
         self._commands.put(command)
+        self._poke()
+
+    def cut_short(self) -> None:
+        """Stop the answer being written so the commands the user typed run now; the model is asked again."""
+        self._cut.set()
         self._poke()
 
     def decide(self, decision: Decision) -> None:
@@ -90,11 +105,18 @@ class Control:
         """Paused, and not in a turn the user let run with a step."""
         return not self._running.is_set() and not self._granted
 
+    def cut_requested(self) -> bool:
+        """True once after `cut_short` while commands wait (a cut with nothing to run is dropped)."""
+        if not self._cut.is_set():
+            return False
+        self._cut.clear()
+        return not self._commands.empty()
+
     def next_move(self, timeout: float = 0.25) -> str:
         """What the session should do now: "quit", "commands" (the user typed some), "turn" or "idle"."""
         with self._wake:
             for _ in range(2):
-                if self._quit.is_set():
+                if self._quit.is_set() or self._finish.is_set():
                     return "quit"
                 if not self._commands.empty():
                     return "commands"

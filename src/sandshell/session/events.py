@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sandshell.model.actions import Action
+from sandshell.model.types import PromptProgress as PromptProgress  # an event too: the prompt's evaluation
 from sandshell.model.types import Stats
 from sandshell.sandbox.protocol import Result
 from sandshell.session.outcome import STATUSES, Outcome, Status
@@ -136,6 +137,7 @@ Event = (
     | StateRead
     | ConfigChanged
     | TurnStarted
+    | PromptProgress
     | ModelText
     | ModelReplied
     | ApprovalNeeded

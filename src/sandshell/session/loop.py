@@ -22,6 +22,7 @@ from sandshell.session import events as ev
 from sandshell.session.coach import Coach
 from sandshell.session.control import Control
 from sandshell.session.outcome import Outcome, outcome_of
+from sandshell.session.repeats import Repeats
 from sandshell.session.types import SandboxLike, public_settings
 from sandshell.session.world import ModelWorld
 
@@ -119,8 +120,7 @@ class Session(Generic[S]):
         )
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
-        self.last_action: tuple[str, str, str] | None = None
-        self.same_in_a_row = 0
+        self.repeats = Repeats()
         self.bad_answers = 0
         self.finished: str | None = None
         self.tokens_in = self.tokens_out = 0
@@ -196,11 +196,12 @@ class Session(Generic[S]):
             return Outcome("max_steps", error=f"the step limit ({s.max_steps}) was reached before the goal")
         if s.max_seconds and time.monotonic() - self.started >= s.max_seconds:
             return Outcome("timeout", error=f"the time limit ({s.max_seconds:g}s) was reached before the goal")
-        if s.repeat_limit and self.same_in_a_row >= s.repeat_limit:
-            if self.coach.nudged(self._tell, "the same action"):
-                self.same_in_a_row = 0
+        if s.repeat_limit and self.repeats.most() >= s.repeat_limit:
+            what = self.repeats.what(s.repeat_limit)
+            if self.coach.nudged(self._tell, f"the same {what}"):
+                self.repeats.forget()
                 return None
-            return Outcome("stuck", error=f"the model repeated the same action {s.repeat_limit} times in a row")
+            return Outcome("stuck", error=f"the model repeated the same {what} {s.repeat_limit} times in a row")
         if self.bad_answers >= MAX_BAD_ANSWERS:
             return Outcome("stuck", error=f"{MAX_BAD_ANSWERS} answers in a row were not valid actions")
         return None
@@ -224,10 +225,11 @@ class Session(Generic[S]):
         else:
             self.bad_answers = 0
         self.context.turns.append(turn)
+        self._repeated(self.repeats.answer(reply.actions), turn)
         for action in reply.actions:
             if self.control.quitting:
                 break
-            self._note_repeat(action, turn)
+            self._repeated(self.repeats.action(action), turn)
             step = self._act(action)
             turn.steps.append(step)
             self.coach.after(step, turn)
@@ -255,14 +257,21 @@ class Session(Generic[S]):
         for item in self.model.turn(messages, params, self.coach.score):
             if isinstance(item, Reply):
                 reply = item
+            elif isinstance(item, ev.PromptProgress):  # a few a turn: one per batch of n_batch tokens
+                self.emit(item)
             else:
                 written += item
                 self.emit(ev.ModelText(item))
             if self.control.quitting:
                 break
-            if self.control.holding:  # pause stops the generation at once; resume asks again
+            cut = self.control.cut_requested()  # the user's commands run now, then the model is asked again
+            if cut or self.control.holding:  # pause stops the generation at once; resume asks again
                 self.emit(ev.ModelReplied(written, (), None, Stats()))
-                self.emit(ev.Notice("info", "paused: the unfinished answer was dropped; resuming asks the model again"))
+                if cut:
+                    said = "the answer was cut short: your command runs now, then the model is asked again"
+                else:
+                    said = "paused: the unfinished answer was dropped; resuming asks the model again"
+                self.emit(ev.Notice("info", said))
                 return None
         if self.control.quitting and reply.error == "no answer":  # cut short by the quit: not the model's fault
             self.emit(ev.ModelReplied(written, (), None, Stats()))
@@ -316,6 +325,9 @@ class Session(Generic[S]):
             ok = f.content is not None
             body = cut(f.content or "", limit) if ok else f"error: {f.error}"
             summary = f"read {f.size:,} bytes" + (" (truncated)" if f.truncated else "") if ok else f"{f.error}"
+            lines = body.rstrip("\n").split("\n") if ok and body else []  # shown as a command's output is,
+            for i in range(0, len(lines), 100):  # in pieces as that comes, as much as the model sees
+                self.emit(ev.OutputChunk("stdout", "\n".join(lines[i : i + 100]) + "\n"))
             self.emit(ev.ActionFinished(action, summary, ok=ok))
             return Step(action, f"read {action.arg}:\n{body}", f"read {action.arg} -> {summary}", failed=not ok)
         if action.kind == "write":
@@ -332,18 +344,10 @@ class Session(Generic[S]):
     def _run(self, action: Action) -> Result:
         return self.sandbox.execute(action.arg, action.timeout, lambda o: self.emit(ev.OutputChunk(o.stream, o.data)))
 
-    def _note_repeat(self, action: Action, turn: Turn) -> None:
-        key = action.key()
-        self.same_in_a_row = self.same_in_a_row + 1 if key == self.last_action else 1
-        self.last_action = key
-        n = self.same_in_a_row
-        if n >= 2:
-            note = (
-                f"You have now done this exact action {n} times in a row; its result will not change. "
-                "Try something else."
-            )
-            turn.notes.append(note)
-            self.emit(ev.Notice("warning", f"the model repeats itself ({n}x): {action.summary()}"))
+    def _repeated(self, said: tuple[str, str] | None, turn: Turn) -> None:
+        if said is not None:  # the model reads the note after this turn; the user sees the warning now
+            turn.notes.append(said[0])
+            self.emit(ev.Notice("warning", said[1]))
 
     def _user_commands(self) -> None:
         """Commands the user typed (take over): run them, and let the model see them."""

@@ -26,6 +26,7 @@ TYPES: dict[str, type] = {
         ev.StateRead,
         ev.ConfigChanged,
         ev.TurnStarted,
+        ev.PromptProgress,
         ev.ModelText,
         ev.ModelReplied,
         ev.ApprovalNeeded,

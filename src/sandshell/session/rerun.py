@@ -27,6 +27,8 @@ class Plan:
     answers: list[str] = field(default_factory=list)  # one JSON list of actions a line
     moves: list[tuple[str, str]] = field(default_factory=list)  # ("turn", ""), ("command", c), ("hint", h)
     decisions: list[Decision] = field(default_factory=list)  # one per action the model asked to run
+    goal: str | None = None  # the goal the recorded session had (its first reading of the world)
+    approval: bool = False  # whether the recorded session asked for approval at all
 
 
 def plan(folder: Path) -> Plan:
@@ -35,6 +37,8 @@ def plan(folder: Path) -> Plan:
     turns = False  # answers before the first turn are the scripted intro
     asked: Action | None = None
     for _, event in load(folder):
+        if isinstance(event, ev.StateRead) and p.goal is None:
+            p.goal = event.goal
         if isinstance(event, ev.TurnStarted):
             turns = True
         elif isinstance(event, ev.ModelReplied) and turns and event.actions:
@@ -43,7 +47,7 @@ def plan(folder: Path) -> Plan:
         elif isinstance(event, ev.Notice) and event.text.startswith(HINT):
             p.moves.append(("hint", event.text[len(HINT) :]))
         elif isinstance(event, ev.ApprovalNeeded):
-            asked = event.action
+            asked, p.approval = event.action, True
         elif isinstance(event, ev.ActionStarted) and event.by_user:
             p.moves.append(("command", event.action.arg))
         elif isinstance(event, ev.ActionStarted) and turns and event.action.kind != "done":
@@ -60,7 +64,7 @@ class RerunControl(Control):
     """A Control that answers for the user as the recording says; the real user may still quit or pause."""
 
     def __init__(self, p: Plan) -> None:
-        super().__init__(approval=True)
+        super().__init__(approval=p.approval)  # asked only as the recording was: nothing waits otherwise
         self.moves = deque(p.moves)
         self.decisions = deque(p.decisions)
 

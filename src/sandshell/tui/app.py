@@ -24,6 +24,7 @@ from sandshell.tui.widgets import (
     FAIL,
     FILE,
     INFO,
+    LOADING,
     OUT,
     PROMPT,
     RULE,
@@ -39,13 +40,14 @@ from sandshell.tui.widgets import (
 Runner = Callable[[UIBuffer, Control], None]
 FLUSH_HZ = 30
 MAX_LINE_CHARS = 2000
+PANEL_MIN_WIDTH = 110  # below this the side panel gives way to the shell (80 columns: 76 for the shell)
 
 
 class SandshellApp(Steering, App[None]):
     """Shows one session (live or replayed); keys steer it through a Control."""
 
     TITLE = "sandshell"
-    AUTO_FOCUS = None  # the log must not steal key presses
+    AUTO_FOCUS = "#log"  # scrolling keys work at once; the app's own keys are not the log's
     CSS_PATH = "app.tcss"
     BINDINGS = KEYS
 
@@ -68,6 +70,10 @@ class SandshellApp(Steering, App[None]):
         self.model_text = ""
         self.skipped_lines = 0
         self.skipped_chars = 0
+        self.queued = 0  # commands typed with t that have not run yet
+        self.panel_wanted: bool | None = None  # None: shown when the terminal is wide enough; g decides
+        self.panel_told = False  # the log said once how to get a hidden panel back
+        self.panel_placed = False
         if title:
             self.sub_title = title
 
@@ -91,7 +97,28 @@ class SandshellApp(Steering, App[None]):
         self.status.approval, self.status.replay = self.control.approval, self.replaying
         self.status.refresh_bar()
         self.set_interval(1 / FLUSH_HZ, self.flush)
+        self._place_panel()
         self.run_session()
+
+    def on_resize(self) -> None:
+        if self.panel_placed:  # (a first resize may come before on_mount)
+            self._place_panel()
+
+    def _place_panel(self) -> None:
+        """The side panel is shown when wide enough, unless `g` said otherwise; the shell keeps the width."""
+        wide = self.size.width >= PANEL_MIN_WIDTH
+        shown = wide if self.panel_wanted is None else self.panel_wanted
+        self.query_one(WorldPanel).display = shown
+        self.panel_placed = True
+        if not shown and self.panel_wanted is None and not self.panel_told:
+            self.panel_told = True
+            why = f"the side panel (goal, system.md, config.json) is hidden below {PANEL_MIN_WIDTH} columns; g shows it"
+            width = max(30, self.size.width - 6)  # the pane's width to be: it may not be laid out yet
+            self.log_view.add(INFO, textwrap.fill(why, width, subsequent_indent="  "))
+
+    def action_panel(self) -> None:
+        self.panel_wanted = not self.query_one(WorldPanel).display
+        self._place_panel()
 
     @work(thread=True, exit_on_error=False)
     def run_session(self) -> None:
@@ -163,6 +190,9 @@ class SandshellApp(Steering, App[None]):
             self.status.context = f"{event.prompt_tokens}/{event.n_ctx}"
             self._line(RULE, f"turn {event.turn} " + "─" * 40)
             self.status.set_state("evaluating prompt")
+        elif isinstance(event, ev.PromptProgress):  # a slow machine does not look frozen
+            self.status.set_state("evaluating prompt")
+            self.status.detail = f"{event.done:,}/{event.total:,} tokens"
         elif isinstance(event, ev.ModelText):
             self.model_text += event.text
             line = self.query_one("#model", ModelLine)
@@ -186,6 +216,9 @@ class SandshellApp(Steering, App[None]):
                 self.query_one(ApprovalBar).close()
                 self.refresh_bindings()
             if isinstance(event, ev.ActionStarted):
+                if event.by_user and self.queued:
+                    self.queued -= 1
+                    self.refresh_bindings()
                 self._action(event)
             else:
                 self._finished(event)
@@ -203,13 +236,17 @@ class SandshellApp(Steering, App[None]):
                 "approval": "waiting for approval",
             }
             name = names.get(event.name, event.name)
-            self.status.set_state(
-                "paused" if self.control.paused and name not in ("done", "waiting for approval") else name
-            )
+            # `holding`, not `paused`: a step (s) lets a turn run while paused, and it shows what it does
+            held = self.control.holding and name not in ("done", "waiting for approval")
+            self.status.set_state("paused" if held else name)
         elif isinstance(event, ev.SessionEnded):
             self.ended = event
             self._line(PROMPT if event.status == "done" else WARN, f"{event.line()} — press q to quit")
             self.status.set_state(f"session {event.status}")
+            if self.status.model == LOADING:  # it never loaded: the bar must not promise it still might
+                self.status.model = "no model"
+            self.refresh_bindings()
+        if self.queued:  # x applies only while the model writes
             self.refresh_bindings()
         self.status.refresh_bar()
 

@@ -13,17 +13,19 @@ KEYS: list[BindingType] = [
     Binding("r", "reject", "Reject"),
     Binding("h", "hint", "Hint"),
     Binding("t", "take_over", "Take over"),
+    Binding("x", "cut_short", "Run mine now"),
     Binding("w", "sync", "Copy /app back"),
     Binding("question_mark", "help", "Help"),
     Binding("q", "quit_session", "Quit"),
     Binding("ctrl+c", "quit_session", "Quit", show=False, priority=True),
     Binding("end", "follow", "Follow output", show=False),
+    Binding("g", "panel", "Side panel", show=False),
     Binding("escape", "cancel_input", "Cancel", show=False),
     Binding("ctrl+s", "save_content", "Save", show=False),
 ]
 
 # Keys that steer a live session: hidden in a replay and once the session is over.
-STEERING = {"pause", "step", "approval", "approve", "edit", "reject", "hint", "take_over", "sync"}
+STEERING = {"pause", "step", "approval", "approve", "edit", "reject", "hint", "take_over", "cut_short", "sync"}
 
 # What the input bar asks for, by what it is for (and, for an edit, the kind of action edited).
 ASKS = {
@@ -45,10 +47,19 @@ HELP = """\
            edit: a command, a read's path, a write's path and then its content
            (ctrl+s writes it, esc cancels)
   h        a hint the model reads at its next turn
-  t        take over: run a command yourself; the model sees it and its output
+  t        take over: run a command yourself; the model sees it and its output. Typed
+           while the model writes, it waits for the answer's actions; x then cuts
+           the answer short and runs it at once (the model is asked again after)
   w        copy /app back to the host folder now (only when the engine is elsewhere and
            the workspace travels as a copy; it also comes back at the end)
+  g        show or hide the side panel (hidden by itself below 110 columns)
   End      back to the live output after scrolling up
+
+[b]Focus[/b]
+  The shell pane has the keys when the UI opens: ↑↓ PgUp PgDn Home scroll it. An action
+  waiting for approval takes them (its bar scrolls) until it is answered; h, t, e and r
+  open an input that has them until enter or esc. Tab and shift+tab move between the
+  panes by hand; the letter keys above work wherever the focus is, except in an input.
   ?        this help            q / ctrl+c   quit (the container is removed)
 
 [b]Panes[/b]

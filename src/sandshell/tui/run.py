@@ -15,14 +15,18 @@ from types import FrameType
 
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
+from sandshell.model.types import Backend
 from sandshell.session import events as ev
 from sandshell.session.control import Control
 from sandshell.tui.app import SandshellApp
 from sandshell.tui.buffer import UIBuffer
 
 
-def live_app(settings: Settings, goal: str | None = None, control: Control | None = None) -> SandshellApp:
-    """The app for a live session (the same factory serves the CLI and the tests)."""
+def live_app(
+    settings: Settings, goal: str | None = None, control: Control | None = None, backend: Backend | None = None
+) -> SandshellApp:
+    """The app for a live session (the same factory serves the CLI and the tests; `backend`: a model
+    already made, instead of the one the settings name)."""
     from sandshell.runner import SessionSpec, open_session
     from sandshell.sandbox.engine import copies_back
 
@@ -30,7 +34,7 @@ def live_app(settings: Settings, goal: str | None = None, control: Control | Non
         def say(message: str) -> None:
             buffer.emit(ev.Notice("info", message))
 
-        spec = SessionSpec(settings, goal, sinks=[buffer], control=control, log=say)
+        spec = SessionSpec(settings, goal, backend=backend, sinks=[buffer], control=control, log=say)
         with contextlib.suppress(Exception), open_session(spec) as session:  # a failed start: said to every sink
             app.recording = session.folder
             if copies_back(settings):

@@ -14,7 +14,7 @@ from textual.widgets import Input, TextArea
 from sandshell.model.actions import Action
 from sandshell.session.control import Control, Decision
 from sandshell.tui.keys import ASKS, STEERING
-from sandshell.tui.widgets import ApprovalBar, StatusBar
+from sandshell.tui.widgets import WRITING, ApprovalBar, StatusBar
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -38,6 +38,7 @@ class Steering(_Base):
     edit_path: str
     flush: Callable[[], None]
     sync_workspace: Callable[[], str] | None
+    queued: int  # commands typed with t that have not run yet
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in STEERING and (self.ended is not None or (self.replaying and action != "pause")):
@@ -46,6 +47,8 @@ class Steering(_Base):
             return self.pending is not None
         if action == "step":
             return self.control.paused
+        if action == "cut_short":  # only while the model writes and a command of the user's waits
+            return self.queued > 0 and self.status.state in WRITING
         if action == "sync":
             return self.sync_workspace is not None
         return True
@@ -60,10 +63,10 @@ class Steering(_Base):
             return
         if self.control.paused:
             self.control.resume()
-            self.status.state = "running"
+            self.status.set_state("resuming")
         else:
             self.control.pause()
-            self.status.state = "paused"
+            self.status.set_state("paused")  # the timer counts from the key press, not the phase before
         self.status.refresh_bar()
         self.refresh_bindings()
 
@@ -92,6 +95,11 @@ class Steering(_Base):
     def action_take_over(self) -> None:
         self._ask("take_over", "")
 
+    def action_cut_short(self) -> None:
+        if self.queued > 0 and self.status.state in WRITING:
+            self.control.cut_short()
+            self.notify("cutting the answer short: your command runs now")
+
     def action_help(self) -> None:
         from sandshell.tui.help import HelpScreen
 
@@ -118,7 +126,7 @@ class Steering(_Base):
         for widget in (self.query_one("#ask", Input), self.query_one("#content", TextArea)):
             widget.remove_class("active")
         self.asking = None
-        self.set_focus(None)
+        self.set_focus(self.query_one("#log"))  # the keys scroll the shell again
 
     def action_save_content(self) -> None:
         """ctrl+s in the content editor: the write goes ahead with the path and content as edited."""
@@ -138,8 +146,14 @@ class Steering(_Base):
             self.notify(f"hint queued: the model reads it at its next turn ({value})")
         elif what == "take_over" and value.strip():
             self.control.take_over(value)
+            self.queued += 1
             if self.pending is not None:  # (the session waits on the decision: it runs right after)
                 self.notify(f"queued: it runs once you decide on the action waiting for approval ({value})")
+            elif self.status.state in WRITING:  # an answer takes tens of seconds on a slow machine: say so now
+                self.notify(f"queued: it runs after the answer being written and its actions; x runs it now ({value})")
+            elif self.status.state == "running a command":
+                self.notify(f"queued: it runs when the running command ends ({value})")
+            self.refresh_bindings()
         elif what == "edit" and self.pending is not None and self.pending.kind == "write":
             area = self.query_one("#content", TextArea)  # then the content, in a multi-line editor
             area.text, self.edit_path = self.pending.content, value

@@ -12,6 +12,9 @@ from textual.widgets import Log, Static
 
 from sandshell.model.actions import Action
 
+LOADING = "loading model…"
+WRITING = ("evaluating prompt", "generating")  # the model is at work on its answer
+
 
 class StatusBar(Static):
     """Model · profile · context · last turn's speed · turn · what happens now, for how long."""
@@ -29,7 +32,7 @@ class StatusBar(Static):
 
     def __init__(self) -> None:
         super().__init__(id="status")
-        self.model = "loading model…"
+        self.model = LOADING
         self.profile = ""
         self.context = ""
         self.speed = ""
@@ -37,12 +40,13 @@ class StatusBar(Static):
         self.approval = False
         self.replay = False  # a recording played back, not a live session: said by a badge
         self.state = "starting"
+        self.detail = ""  # how far the state is, e.g. the prompt's tokens evaluated of those to evaluate
         self.since = time.monotonic()
         self._shown = ""
 
     def set_state(self, state: str) -> None:
         if state != self.state:
-            self.state, self.since = state, time.monotonic()
+            self.state, self.since, self.detail = state, time.monotonic(), ""
 
     def refresh_bar(self) -> None:
         parts = [f"sandshell · {self.model}", self.profile]
@@ -52,6 +56,7 @@ class StatusBar(Static):
             parts.append(self.speed)
         parts.append(f"turn {self.turn}")
         elapsed = "" if self.state in ("done", "starting") else f" {time.monotonic() - self.since:.0f}s"
+        elapsed = f" {self.detail}{elapsed}" if self.detail else elapsed
         key = " · ".join(p for p in parts if p) + f"{self.approval}{self.replay}{self.state}{elapsed}"
         if key == self._shown:
             return  # redrawn only when something shown changed (the flush timer calls this 30 times a second)
@@ -213,7 +218,7 @@ class ApprovalBar(Vertical):
     def close(self) -> None:
         self.remove_class("active")
         if self.screen.focused is self.query_one("#approval-scroll"):
-            self.screen.set_focus(None)
+            self.screen.set_focus(self.screen.query_one("#log"))  # the keys scroll the shell again
 
 
 class MoreBelow(Static):
