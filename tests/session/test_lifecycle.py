@@ -140,17 +140,19 @@ def test_a_quit_while_the_model_writes_is_no_model_error(s: Settings) -> None:
     assert not [e for e in sink.events if isinstance(e, ev.ModelReplied) and e.error]
 
 
-def test_a_start_that_fails_is_recorded_with_its_start_and_end(s: Settings) -> None:
-    sink = Collect()
+def test_a_start_that_fails_is_said_with_its_start_and_end(s: Settings) -> None:
+    """Every sink hears the start, the error and the end; a folder is kept only for a session the
+    caller named (the service's task), and nothing is left for one nobody will look up."""
     bad = s.replace(model_path=str(Path(s.workspace) / "missing.gguf"))  # the model cannot load
+    sink = Collect()
     outcome = run_session(SessionSpec(bad, "g", sinks=[sink], log=lambda _m: None))
     assert outcome.status == "error" and outcome.error and "missing.gguf" in outcome.error
     assert [type(e).__name__ for e in sink.events][:1] == ["SessionStarted"]
     assert sink.count(ev.SessionEnded) == 1 and sink.ended().error == outcome.error
-    assert outcome.recording and (Path(outcome.recording) / "events.jsonl").is_file()
-    recorded = [
-        json.loads(line)["type"] for line in (Path(outcome.recording) / "events.jsonl").read_text().splitlines()
-    ]
+    assert outcome.recording is None and not any(Path(s.sessions_dir).glob("*/events.jsonl"))
+    named = run_session(SessionSpec(bad, "g", session_id="20261128-000000-abcd", log=lambda _m: None))
+    assert named.recording and (Path(named.recording) / "events.jsonl").is_file()
+    recorded = [json.loads(line)["type"] for line in (Path(named.recording) / "events.jsonl").read_text().splitlines()]
     assert recorded[0] == "SessionStarted" and recorded[-1] == "SessionEnded" and recorded.count("SessionEnded") == 1
 
 
