@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={})
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         sb.execute("true")
         inside = ["python3", "-", str(args.commands), str(args.rounds), json.dumps(ARMS)]
         argv = ["docker", "exec", "-i", sb.container.id, *inside]

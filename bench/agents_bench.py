@@ -42,7 +42,8 @@ def main() -> None:
     ap.add_argument("--commands", type=int, default=0, help="round trips of `true` a round instead of floods")
     ap.add_argument("--run", default="true", help="the command of --commands (e.g. 'echo hello')")
     args = ap.parse_args()
-    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    settings = config.load(env_file=None, environ={})
+    settings = settings.replace(sandbox=settings.sandbox.replace(output_limit=0, spill_limit=0, max_exit_timeout=600))
     command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
     rows: dict[str, list[tuple[float, float]]] = {c: [] for c in args.containers}
     with contextlib.ExitStack() as stack:
@@ -52,7 +53,7 @@ def main() -> None:
             image.container_dir = lambda folder=folder: folder  # type: ignore[attr-defined,misc]
             code = "source" if name.endswith(":source") else "compiled"
             workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings.replace(agent_code=code)))
+            sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings.sandbox.replace(agent_code=code)))
             boxes.append((name, sb, agent_of(sb)))
             sb.execute("true")
         if args.commands:

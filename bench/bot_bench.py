@@ -62,7 +62,7 @@ def main() -> None:
             assert built is False, "a second start must use the cached image"
             again.append(took)
     client = engine.client()
-    mine = f"{tool_image_repo(config.load(), tools)}:{context_hash()}"  # this run's own tool image
+    mine = f"{tool_image_repo(config.load().sandbox, tools)}:{context_hash()}"  # this run's own tool image
     client.images.remove(mine, force=True)
     print("| start (to the first command's answer) | seconds |")
     print("|---|---|")

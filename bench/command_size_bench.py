@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={})
-    with tempfile.TemporaryDirectory() as ws, Sandbox(workspace=Path(ws), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as ws, Sandbox(workspace=Path(ws), settings=settings.sandbox) as sb:
         print("| command | median |")
         print("|---|---|")
         for size in (2_000, 100_000):

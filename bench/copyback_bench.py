@@ -34,14 +34,17 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--listings", type=int, default=20)
     args = ap.parse_args()
-    settings = config.load().replace(workspace_transfer="archive", workspace_mode="rw", sync_seconds=0.0)
+    settings = config.load()
+    settings = settings.replace(
+        sandbox=settings.sandbox.replace(workspace_transfer="archive", workspace_mode="rw", sync_seconds=0.0)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "workspace"
         for i in range(args.files):
             folder = ws / f"d{i // 1000:03d}"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"f{i}.txt").write_text(f"file {i}\n")
-        with Sandbox(workspace=ws, settings=settings) as sb:
+        with Sandbox(workspace=ws, settings=settings.sandbox) as sb:
             t = time.perf_counter()
             said = sb.sync_workspace()
             first = time.perf_counter() - t

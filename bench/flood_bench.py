@@ -41,7 +41,8 @@ def main() -> None:
     ap.add_argument("--tls-engine", action="store_true")
     args = ap.parse_args()
     waits = [float(w) for w in args.waits.split(",")]
-    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    settings = config.load(env_file=None, environ={})
+    settings = settings.replace(sandbox=settings.sandbox.replace(output_limit=0, spill_limit=0, max_exit_timeout=600))
     command = f"head -c {args.mb}M /dev/zero | tr '\\0' 'x' | fold -w 99"
     rows: dict[float, list[tuple[float, ...]]] = {w: [] for w in waits}
     with contextlib.ExitStack() as stack:
@@ -50,9 +51,11 @@ def main() -> None:
             from tests import engines
 
             engine = stack.enter_context(engines.tls_engine(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
-            settings = settings.replace(docker_host=engine.url, docker_tls=str(engine.certs))
+            settings = settings.replace(
+                sandbox=settings.sandbox.replace(docker_host=engine.url, docker_tls=str(engine.certs))
+            )
         workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings))
+        sb = stack.enter_context(Sandbox(workspace=workspace, settings=settings.sandbox))
         sb.container.reload()
         engines_ = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "dockerd"]
         agent = psutil.Process(sb.container.attrs["State"]["Pid"])  # the TLS engine runs on this machine too

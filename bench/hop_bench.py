@@ -93,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={})
     boxes: list[Any] = []
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         client = sb._docker
         tag = sb.container.attrs["Config"]["Image"]
         try:

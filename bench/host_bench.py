@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--commands", type=int, default=300)
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={})
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         for _ in range(500):
             sb.execute("true")
         conn = sb.conn

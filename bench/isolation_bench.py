@@ -28,7 +28,7 @@ def timed(runs: int, one: Callable[[], tuple[float, float]]) -> tuple[float, flo
 
 def start_and_end(settings: config.Settings, workspace: Path) -> tuple[float, float]:
     t0 = time.perf_counter()
-    box = Sandbox(workspace=workspace, settings=settings)
+    box = Sandbox(workspace=workspace, settings=settings.sandbox)
     box.start()
     t1 = time.perf_counter()
     box.kill()
@@ -36,10 +36,10 @@ def start_and_end(settings: config.Settings, workspace: Path) -> tuple[float, fl
 
 
 def check(settings: config.Settings, workspace: Path, fresh: bool) -> float:
-    with Sandbox(workspace=workspace, settings=settings) as box:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as box:
         box.execute("printf 'one\\ntwo\\n' > /app/list.txt")
         t0 = time.perf_counter()
-        result = run_check(box, CHECK, settings, 30) if fresh else box.execute(f"cd /app && {CHECK}", 30)
+        result = run_check(box, CHECK, settings.sandbox, 30) if fresh else box.execute(f"cd /app && {CHECK}", 30)
         assert result.ok, result.status_line()
         return time.perf_counter() - t0
 
@@ -62,7 +62,7 @@ def main() -> None:
         print("| standard session | start (median) | end (median) |\n|---|---|---|")
         print(f"| Docker's default bridge | {shared[0] * 1000:.0f} ms | {shared[1] * 1000:.0f} ms |")
         print(f"| a network of its own | {own[0] * 1000:.0f} ms | {own[1] * 1000:.0f} ms |")
-        eval_settings = settings.replace(workspace_mode="copy", profile="locked")
+        eval_settings = settings.replace(sandbox=settings.sandbox.replace(workspace_mode="copy", profile="locked"))
         in_shell = statistics.median(check(eval_settings, ws, False) for _ in range(args.runs))
         fresh = statistics.median(check(eval_settings, ws, True) for _ in range(args.runs))
         print("\n| a task's check (locked, copy mode) | median |\n|---|---|")

@@ -61,7 +61,7 @@ def starts(settings: Settings, workspace: Path, n: int) -> list[float]:
     out = []
     for _ in range(n):
         start = time.perf_counter()
-        with Sandbox(workspace=workspace, settings=settings) as sb:
+        with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
             sb.ping()
             out.append(time.perf_counter() - start)
     return out
@@ -74,7 +74,7 @@ def workspace_trip(settings: Settings, folder: Path, mb: int) -> dict[str, str]:
     for i in range(1000):
         (folder / f"f{i}.txt").write_text("x" * 100)
     start = time.perf_counter()
-    with Sandbox(workspace=folder, settings=settings.replace(sync_seconds=0)) as sb:
+    with Sandbox(workspace=folder, settings=settings.sandbox.replace(sync_seconds=0)) as sb:
         went_in = time.perf_counter() - start
         start = time.perf_counter()
         sb.sync_workspace()
@@ -91,16 +91,24 @@ def main() -> None:
     parser.add_argument("--workspace-mb", type=int, default=50, help="a workspace of this many MB and 1,000 files")
     args = parser.parse_args()
     client = engine.client()
-    base = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
-    image = ensure_image(client, base, lambda m: print(m, file=sys.stderr))
+    base = config.load(env_file=None, environ={})
+    base = base.replace(sandbox=base.sandbox.replace(output_limit=0, spill_limit=0, max_exit_timeout=600))
+    image = ensure_image(client, base.sandbox, lambda m: print(m, file=sys.stderr))
     fake = FakeCluster(client).start()
     folder = Path(tempfile.mkdtemp(prefix="kube-bench-"))
     workspace = folder / "workspace"
     workspace.mkdir()
-    pods = base.replace(engine="kubernetes", kube_config=fake.kubeconfig(str(folder / "kubeconfig")), kube_image=image)
+    pods = base.replace(
+        sandbox=base.sandbox.replace(
+            engine="kubernetes", kube_config=fake.kubeconfig(str(folder / "kubeconfig")), kube_image=image
+        )
+    )
     rows: dict[str, dict[str, str]] = {"docker": {}, "pods (fake API server)": {}}
     try:
-        with Sandbox(workspace=workspace, settings=base) as d, Sandbox(workspace=workspace, settings=pods) as k:
+        with (
+            Sandbox(workspace=workspace, settings=base.sandbox) as d,
+            Sandbox(workspace=workspace, settings=pods.sandbox) as k,
+        ):
             trips: dict[str, list[float]] = {"docker": [], "pods (fake API server)": []}
             for _ in range(5):  # warm both
                 d.execute("true")

@@ -41,13 +41,13 @@ def line(label: str, cache: list[float], ttft: list[float], evaluated: list[int]
 
 def played(turns: int, caps: list[int]) -> list[str]:
     settings = config.load(env_file=None, environ={})
-    backends = {cap: LlamaBackend(settings) for cap in caps}  # each with its own KV cache
+    backends = {cap: LlamaBackend(settings.model) for cap in caps}  # each with its own KV cache
     contexts = {
-        cap: Context(b.n_ctx, settings.max_tokens, settings.context_margin, b.count, observation_tokens=cap)
+        cap: Context(b.n_ctx, settings.model.max_tokens, settings.model.context_margin, b.count, observation_tokens=cap)
         for cap, b in backends.items()
     }
     rows: dict[int, tuple[list[float], list[float], list[int]]] = {cap: ([], [], []) for cap in caps}
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         for i in range(turns):
             action = Action("bash", COMMANDS[i % len(COMMANDS)])
             result = sb.execute(action.arg)

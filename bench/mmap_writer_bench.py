@@ -52,10 +52,12 @@ def main() -> None:
         ws = Path(home) / "workspace"
         ws.mkdir()
         s = config.load(env_file=None, environ={"SANDSHELL_HOME": home})
-        s = s.replace(workspace_limit=limit, scratch_limit=limit, file_limit=limit, exit_timeout=60.0)
+        s = s.replace(
+            sandbox=s.sandbox.replace(workspace_limit=limit, scratch_limit=limit, file_limit=limit, exit_timeout=60.0)
+        )
         print("| into | ran | the result's notice | host disk lost (after sync) |")
         print("|---|---|---|---|")
-        with Sandbox(workspace=ws, settings=s) as sb:
+        with Sandbox(workspace=ws, settings=s.sandbox) as sb:
             sb.write_file("/tmp/writer.py", WRITER)
             for where in ("/root/mm", "/app/mm"):
                 for _ in range(args.runs):

@@ -78,10 +78,10 @@ def plain_rate(backend: LlamaBackend, params: dict[str, Any], runs: int) -> floa
 def conversation(turns: int) -> list[tuple[int, int, int, float]]:
     """A scripted session on the real model and sandbox: per turn (prompt, evaluated, cached, ttft)."""
     settings = config.load(env_file=None, environ={})
-    backend = LlamaBackend(settings)
-    ctx = Context(backend.n_ctx, settings.max_tokens, settings.context_margin, backend.count)
+    backend = LlamaBackend(settings.model)
+    ctx = Context(backend.n_ctx, settings.model.max_tokens, settings.model.context_margin, backend.count)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         for i in range(turns):
             messages, _ = ctx.messages(SYSTEM, "Begin. The shell is ready: 0 root@sandbox:/app #")
             stats = next(s for s in backend.stream(messages, {"max_tokens": 24, "seed": i}) if isinstance(s, Stats))
@@ -103,10 +103,10 @@ def main() -> None:
     args = ap.parse_args()
     base = config.load(env_file=None, environ={})
     params = {"max_tokens": args.tokens, "temperature": 0.8}
-    free = LlamaBackend(base.replace(grammar=False))
+    free = LlamaBackend(base.model.replace(grammar=False))
     ours = gen_rate(free, params, args.runs)
     plain = plain_rate(free, params, args.runs)
-    grammar_backend = LlamaBackend(base)
+    grammar_backend = LlamaBackend(base.model)
     constrained = gen_rate(grammar_backend, params, args.runs)
     assert grammar_backend.fast is not None
     print("| generation (default model, 2 threads) | tokens/s (median of runs) | ratio |")

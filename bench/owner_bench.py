@@ -42,7 +42,7 @@ def main() -> None:
     print("|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for files in args.files:
-            with Sandbox(workspace=workspace(Path(tmp), files), settings=settings) as sb:
+            with Sandbox(workspace=workspace(Path(tmp), files), settings=settings.sandbox) as sb:
                 for _ in range(20):
                     sb.execute("true")
                 times = []

@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1500)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
-    backend = LlamaBackend(config.load(env_file=None, environ={}))
+    backend = LlamaBackend(config.load(env_file=None, environ={}).model)
     llm, fast = backend.llm, backend.fast
     assert fast is not None, "the grammar sampler is off (LLAMA_GRAMMAR=false): nothing to measure"
     tokens = llm.tokenize(("the quick brown fox jumps over the lazy dog. " * 400).encode())[: args.tokens]

@@ -32,7 +32,7 @@ def main() -> None:
     names = ("dockerd", "containerd-shim", "host", "agent", "bash", "docker CLI")
     print("| way | round trip | " + " | ".join(names) + " |")
     print("|---|---|" + "---|" * len(names))
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         for _ in range(300):
             sb.execute("true")
         agent = agent_of(sb)

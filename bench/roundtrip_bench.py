@@ -73,7 +73,7 @@ def main() -> None:
     args = ap.parse_args()
     settings = config.load(env_file=None, environ={})
     n = args.commands
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         agent = agent_of(sb)
         for _ in range(50):
             sb.execute("true")

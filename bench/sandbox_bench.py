@@ -248,8 +248,13 @@ def main() -> None:
     ap.add_argument("--agent-code", default="compiled", choices=["compiled", "source"], help="source: not compiled")
     ap.add_argument("--shell-cpu", default="any", choices=["any", "shared"], help="shared: agent and bash on one CPU")
     args = ap.parse_args()
-    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
-    settings = settings.replace(shell_loop=args.shell_loop, agent_code=args.agent_code, shell_cpu=args.shell_cpu)
+    settings = config.load(env_file=None, environ={})
+    settings = settings.replace(sandbox=settings.sandbox.replace(output_limit=0, spill_limit=0, max_exit_timeout=600))
+    settings = settings.replace(
+        sandbox=settings.sandbox.replace(
+            shell_loop=args.shell_loop, agent_code=args.agent_code, shell_cpu=args.shell_cpu
+        )
+    )
     if not args.tls_engine and not args.ssh_engine:
         return run(settings, args)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.engines
@@ -259,18 +264,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as base, engines.ssh_engine(Path(base)) as sshd:
             os.environ.update(DOCKER_HOST=sshd.url, PATH=f"{sshd.shim()}:{os.environ['PATH']}")  # docker exec too
             print(f"(on this machine's engine through ssh at {sshd.url})")
-            return run(settings.replace(docker_host=sshd.url), args)
+            return run(settings.replace(sandbox=settings.sandbox.replace(docker_host=sshd.url)), args)
 
     with tempfile.TemporaryDirectory() as base, engines.tls_engine(Path(base)) as e:
         os.environ.update(DOCKER_HOST=e.url, DOCKER_TLS_VERIFY="1", DOCKER_CERT_PATH=str(e.certs))  # docker exec
         print(f"(on a second dockerd at {e.url}, mutual TLS)")
-        run(settings.replace(docker_host=e.url, docker_tls=str(e.certs)), args)
+        run(settings.replace(sandbox=settings.sandbox.replace(docker_host=e.url, docker_tls=str(e.certs))), args)
 
 
 def run(settings: config.Settings, args: argparse.Namespace) -> None:
     if os.environ.get("BENCH_NO_DISK_LIMITS"):  # the cost of the disk watchdog: compare with and without
-        settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+        settings = settings.replace(sandbox=settings.sandbox.replace(workspace_limit=0, scratch_limit=0, file_limit=0))
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         agent, pipe, cli, early = round_trips(sb, args.runs, args.settle)
         spaced = spaced_round_trips(sb, max(20, args.runs // 4))
         inside, shell = inside_round_trips(sb, args.runs)

@@ -33,8 +33,11 @@ from sandshell.sandbox.sandbox import Sandbox
 def settings_for(tmp: Path) -> Settings:
     ws = tmp / "workspace"
     ws.mkdir(exist_ok=True)
-    return config.load(env_file=None, environ={"SANDSHELL_HOME": str(tmp)}).replace(
-        workspace=str(ws), intro=False, sessions_dir=str(tmp / "sessions")
+    base = config.load(env_file=None, environ={"SANDSHELL_HOME": str(tmp)})
+    return base.replace(
+        sandbox=base.sandbox.replace(workspace=str(ws)),
+        model=base.model.replace(intro=False),
+        session=base.session.replace(sessions_dir=str(tmp / "sessions")),
     )
 
 
@@ -44,7 +47,7 @@ def parallel(base: Settings, tmp: Path, n: int, steps: int) -> dict[str, Any]:
         f'{{"bash": "echo step {i} && ls /app >/dev/null && head -c 2000 /etc/services | wc -c"}}' for i in range(steps)
     ] + ['{"done": "finished"}']
     script.write_text("\n".join(lines) + "\n")
-    s = base.replace(backend="script", script_path=str(script))
+    s = base.replace(model=base.model.replace(backend="script", script_path=str(script)))
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
 
@@ -100,7 +103,7 @@ def idle(base: Settings, m: int) -> dict[str, float]:
     boxes = []
     try:
         for _ in range(m):
-            sb = Sandbox(settings=base)
+            sb = Sandbox(settings=base.sandbox)
             sb.start()
             boxes.append(sb)
         for sb in boxes:
@@ -130,9 +133,9 @@ def generations(base: Settings, n: int) -> dict[str, float]:
     from sandshell.model.turn import Model
     from sandshell.resources import fixed_system_prompt
 
-    s = base.replace(max_tokens=128)
-    backend = LlamaBackend(s)
-    model = Model(backend, s)
+    s = base.replace(model=base.model.replace(max_tokens=128))
+    backend = LlamaBackend(s.model)
+    model = Model(backend, s.model)
     messages = [
         {"role": "system", "content": fixed_system_prompt() + "\n\nYour goal: find the kernel version.\n"},
         {"role": "user", "content": "Begin. The shell is ready: 0 root@sandbox:/app #"},

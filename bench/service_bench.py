@@ -42,7 +42,10 @@ def direct(settings: config.Settings, n: int, parallel: int, starters: bool = Tr
     lines = [json.dumps(a) for a in SCRIPT]
 
     def one(_: int) -> str:
-        s = settings.replace(workspace=tempfile.mkdtemp(), default_goal="bench")
+        s = settings.replace(
+            sandbox=settings.sandbox.replace(workspace=tempfile.mkdtemp()),
+            session=settings.session.replace(default_goal="bench"),
+        )
         if starters:
             init_workspace(s)
         r = run_task("bench", 60, 10, settings=s, backend=ScriptBackend(lines))
@@ -130,13 +133,13 @@ def main() -> None:
     ap.add_argument("--poll", type=float, default=0.0, help="ask for each task every POLL seconds (0: long poll)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="sandshell-bench-"))
-    settings = config.load(env_file=None, environ={"SANDSHELL_HOME": str(home)}).replace(
-        backend="script",
-        profile="locked",
-        max_sessions=args.parallel,
-        api_token="bench",
-        intro=False,
-        max_conversations=max(4, args.idle),
+    settings = config.load(env_file=None, environ={"SANDSHELL_HOME": str(home)})
+    settings = settings.replace(
+        model=settings.model.replace(backend="script", intro=False),
+        sandbox=settings.sandbox.replace(profile="locked"),
+        service=settings.service.replace(
+            max_sessions=args.parallel, api_token="bench", max_conversations=max(4, args.idle)
+        ),
     )
     written: dict[str, list[float]] = {}
     original = tasks_module.Wake.emit

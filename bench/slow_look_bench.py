@@ -73,8 +73,10 @@ def main() -> None:
         ws, home = Path(tmp) / "workspace", Path(tmp) / "home"
         ws.mkdir()
         s = config.load(env_file=None, environ={"SANDSHELL_HOME": str(home)})
-        s = s.replace(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
-        with Sandbox(workspace=ws, settings=s) as sb:
+        s = s.replace(
+            sandbox=s.sandbox.replace(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
+        )
+        with Sandbox(workspace=ws, settings=s.sandbox) as sb:
             sb.write_file("/tmp/stall.py", STALL)
             for run in range(1, args.runs + 1):
                 if not args.no_stall and sb.execute(UP, timeout=90).output.strip() != "up":

@@ -98,14 +98,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
         ws.mkdir()
-        s = config.load(env_file=None, environ={}).replace(
-            workspace=str(ws),
-            sessions_dir=str(Path(tmp) / "sessions"),
-            intro=False,
-            max_steps=args.commands,
-            repeat_limit=0,
-            exit_timeout=1.0,
-            kill_grace=0.3,
+        s = config.load(env_file=None, environ={})
+        s = s.replace(
+            sandbox=s.sandbox.replace(workspace=str(ws), exit_timeout=1.0, kill_grace=0.3),
+            session=s.session.replace(
+                sessions_dir=str(Path(tmp) / "sessions"), max_steps=args.commands, repeat_limit=0
+            ),
+            model=s.model.replace(intro=False),
         )
         backend = ScriptBackend(answers)
         start = time.monotonic()

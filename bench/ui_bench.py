@@ -29,14 +29,11 @@ async def stalls(lines: int) -> tuple[float, float, float, int, list[float]]:
         ws.mkdir()
         script = Path(tmp) / "s.jsonl"
         script.write_text(json.dumps({"bash": f"seq 1 {lines}", "timeout": 120}) + "\n" + '{"done": "x"}\n')
-        settings = config.load(env_file=None, environ={}).replace(
-            workspace=str(ws),
-            sessions_dir=str(Path(tmp) / "sessions"),
-            backend="script",
-            script_path=str(script),
-            intro=False,
-            output_limit=0,
-            spill_limit=0,
+        settings = config.load(env_file=None, environ={})
+        settings = settings.replace(
+            sandbox=settings.sandbox.replace(workspace=str(ws), output_limit=0, spill_limit=0),
+            session=settings.session.replace(sessions_dir=str(Path(tmp) / "sessions")),
+            model=settings.model.replace(backend="script", script_path=str(script), intro=False),
         )
         app = live_app(settings)
         lags: list[float] = []

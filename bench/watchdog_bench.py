@@ -49,10 +49,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.agent:
         image.agent_dir = lambda: args.agent.resolve()  # type: ignore[attr-defined]
-    settings = config.load(env_file=None, environ={}).replace(output_limit=0, spill_limit=0, max_exit_timeout=600)
+    settings = config.load(env_file=None, environ={})
+    settings = settings.replace(sandbox=settings.sandbox.replace(output_limit=0, spill_limit=0, max_exit_timeout=600))
     if args.no_limits:
-        settings = settings.replace(workspace_limit=0, scratch_limit=0, file_limit=0)
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings) as sb:
+        settings = settings.replace(sandbox=settings.sandbox.replace(workspace_limit=0, scratch_limit=0, file_limit=0))
+    with tempfile.TemporaryDirectory() as tmp, Sandbox(workspace=Path(tmp), settings=settings.sandbox) as sb:
         sb.container.reload()
         pid = sb.container.attrs["State"]["Pid"]
         sb.execute("true")

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import hypothesis
@@ -39,9 +40,13 @@ hypothesis.settings.register_profile(
 hypothesis.settings.load_profile("sandshell")
 
 
-def _base_settings(**changes: object) -> Settings:
-    s = config.load(env_file=None, environ={"SANDSHELL_HOME": HOME})
-    return s.replace(**changes)
+def changed(s: Settings, **sections: dict[str, Any]) -> Settings:
+    """`s` with fields changed section by section: `changed(s, sandbox={"exit_timeout": 3.0})`."""
+    return s.replace(**{name: getattr(s, name).replace(**fields) for name, fields in sections.items()})
+
+
+def _base_settings(**sections: dict[str, Any]) -> Settings:
+    return changed(config.load(env_file=None, environ={"SANDSHELL_HOME": HOME}), **sections)
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +64,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings() -> Settings:
-    return _base_settings(exit_timeout=3.0, kill_grace=0.5)
+    return _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5})
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,9 @@ def shared_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def sb(shared_workspace: Path) -> Iterator[Sandbox]:
     """A sandbox shared by a module's tests (each test must leave it usable)."""
-    with Sandbox(workspace=shared_workspace, settings=_base_settings(exit_timeout=3.0, kill_grace=0.5)) as box:
+    with Sandbox(
+        workspace=shared_workspace, settings=_base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5}).sandbox
+    ) as box:
         yield box
 
 

@@ -233,7 +233,7 @@ def _setns(fd: int, kind: int) -> int:
 
 def client(engine: Engine) -> docker.DockerClient:
     settings = config.load(env_file=None, environ={"SANDSHELL_HOME": "/nonexistent"})
-    return sandshell_engine.client(settings.replace(docker_host=engine.url, docker_tls=str(engine.certs)))
+    return sandshell_engine.client(settings.sandbox.replace(docker_host=engine.url, docker_tls=str(engine.certs)))
 
 
 def _wait(engine: Engine, proc: subprocess.Popen[bytes]) -> None:

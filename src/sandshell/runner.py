@@ -56,22 +56,22 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
     named = spec.session_id is not None
     session_id = spec.session_id or (spec.sandbox.session_id if spec.sandbox else new_session_id())
     recorder = Recorder(
-        session_dir(s, session_id),
+        session_dir(s.session, session_id),
         f"{spec.title} {session_id}",
-        int(s.cast_version),
-        s.cast_idle_limit,
-        s.recording_limit,
+        int(s.session.cast_version),
+        s.session.cast_idle_limit,
+        s.session.recording_limit,
     )
     sinks: list[Sink] = [recorder, *spec.sinks]
     life = Lifecycle(sinks, session_id, s)
-    control = spec.control or Control(approval=s.approval)
+    control = spec.control or Control(approval=s.session.approval)
     never_ran = False
     try:
-        model = Model(spec.backend or make_backend(s), s)
+        model = Model(spec.backend or make_backend(s.model), s.model)
         box: AbstractContextManager[Sandbox] = (
             nullcontext(spec.sandbox)
             if spec.sandbox is not None
-            else Sandbox(settings=s, session_id=session_id, log=spec.log or safe_text.say)
+            else Sandbox(settings=s.sandbox, recording=s.session, session_id=session_id, log=spec.log or safe_text.say)
         )
         with box as sandbox:
             session = Session(
@@ -165,9 +165,9 @@ def run_headless(
         s = settings or config.load()
     except (Exception, KeyboardInterrupt) as e:
         return outcome_of(e)
-    s = s.replace(max_steps=max_iterations, max_seconds=timeout, approval=False)
+    s = s.replace(session=s.session.replace(max_steps=max_iterations, max_seconds=timeout, approval=False))
     if read_only:
-        s = s.replace(workspace_mode="ro")
+        s = s.replace(sandbox=s.sandbox.replace(workspace_mode="ro"))
     return run_session(SessionSpec(s, task, backend, sinks, control or Control(), session_id=session_id, log=log))
 
 
@@ -186,7 +186,7 @@ def run_task(
     """Run one task headless; never raises. Returns `{status, result, error, log}` and the numbers:
     `turns`, `seconds`, `tokens_in` (prompt tokens evaluated), `tokens_out`, `session` (the
     recording's folder; None when the settings could not be read)."""
-    log = LineLog(echo=echo, limit=(settings or Settings()).recording_limit)
+    log = LineLog(echo=echo, limit=(settings or Settings()).session.recording_limit)
     o = run_headless(
         task,
         timeout,

@@ -25,7 +25,7 @@ KEEP = {".gitkeep"}
 def starters(settings: Settings) -> dict[str, str]:
     """The starter files of a fresh workspace, by name."""
     return {
-        "goal": settings.default_goal.rstrip() + "\n",
+        "goal": settings.session.default_goal.rstrip() + "\n",
         "system.md": STARTER_SYSTEM,
         "config.json": json.dumps(STARTER, indent=2) + "\n",
     }
@@ -45,7 +45,7 @@ def is_fresh(ws: Path, settings: Settings) -> bool:
 
 def init_workspace(settings: Settings) -> Path:
     """Create the workspace with its starter files where they are missing."""
-    ws = settings.path(settings.workspace)
+    ws = settings.path(settings.sandbox.workspace)
     ws.mkdir(parents=True, exist_ok=True)
     for name, text in starters(settings).items():
         if not (ws / name).exists() and not (ws / name).is_symlink():
@@ -84,7 +84,7 @@ def _folder_info(folder: Path, name: str) -> tarfile.TarInfo:
 
 def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
     settings = settings or config.load()
-    ws = settings.path(settings.workspace)
+    ws = settings.path(settings.sandbox.workspace)
     if not assume_yes:
         if not sys.stdin.isatty():
             raise SandshellError("reset asks before it archives the workspace; pass --yes when not in a terminal")
@@ -97,7 +97,7 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
         say(f"workspace {ws} is already fresh: nothing to archive")
     elif ws.exists() and any(p.name not in KEEP for p in ws.iterdir()):
         try:
-            saved = archive(ws, ws.parent / f"{ws.name}-archive", settings.workspace_limit)
+            saved = archive(ws, ws.parent / f"{ws.name}-archive", settings.sandbox.workspace_limit)
         except hosttree.TooBig as e:
             raise SandshellError(
                 f"the workspace was not archived: {e}; nothing was changed (move it aside yourself, or raise the limit)"
@@ -114,7 +114,7 @@ def reset(assume_yes: bool = False, settings: Settings | None = None) -> int:
     try:
         from sandshell.sandbox import engine
 
-        for name in engine.reap(engine.client(settings)):
+        for name in engine.reap(engine.client(settings.sandbox)):
             say(f"removed leftover container {name}")
     except SandshellError as e:
         say(f"leftover containers were not checked: {e}")

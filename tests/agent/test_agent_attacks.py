@@ -24,8 +24,8 @@ def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """Both ways commands run: the compiled loop (the default) and the bash functions alone; the
     agent compiled (the default) and from its source."""
     loop, code = request.param
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=loop, agent_code=code)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5, "shell_loop": loop, "agent_code": code})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.hello.get("code") == code, sb.hello
         yield sb
 
@@ -72,8 +72,8 @@ def test_a_folder_the_new_shell_cannot_enter_does_not_kill_the_agent(workspace: 
     """Locked, root has no CAP_DAC_OVERRIDE: `chmod 000 .` (or `chmod -R 644 .`, which takes the
     x bit off every folder) leaves the saved cwd one the next shell cannot enter. The agent must
     start that shell elsewhere and say where, not die (it is PID 1: the container goes with it)."""
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, profile="locked")
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5, "profile": "locked"})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         r = sb.execute("mkdir -p /tmp/shut && cd /tmp/shut && chmod 000 .")
         assert r.return_code == 0 and r.cwd == "/tmp/shut", r
         r = sb.execute("exit 4")
@@ -107,8 +107,8 @@ def test_a_cwd_too_long_to_name_is_said_so_not_shown_as_slash(box: Sandbox) -> N
 def test_the_compiled_loop_removed_from_inside_leaves_the_bash_functions_not_a_dead_shell(workspace: Path) -> None:
     """Root inside removes bashloop.so and kills the shell: unguarded, every later command ends with
     exit 3 ("cannot open shared object") under a notice about the saved state."""
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.hello.get("shell") == "loop", sb.hello
         assert sb.execute("cd /tmp && export KEPT=1").ok  # (saved as the command ends: `kill -9` cannot be)
         r = sb.execute("rm /opt/sandshell/sandshell_agent/bashloop.so && kill -9 $$")

@@ -22,8 +22,8 @@ def test_the_default_sandbox_runs_the_compiled_agent(sb: Sandbox) -> None:
 
 
 def test_the_source_of_the_same_image_runs_when_asked(workspace: Path) -> None:
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, agent_code="source")
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5, "agent_code": "source"})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.hello.get("code") == "source", sb.hello
         r = sb.execute("cd /etc; export KEPT=1; exit 3")
         assert r.return_code == 3 and r.restarted and r.cwd == "/etc", r
@@ -38,7 +38,10 @@ def test_both_agents_tell_the_same_results(workspace: Path, tmp_path: Path) -> N
     results = []
     for code, ws in (("compiled", workspace), ("source", tmp_path / "other")):
         ws.mkdir(exist_ok=True)
-        with Sandbox(workspace=ws, settings=_base_settings(exit_timeout=1.0, kill_grace=0.3, agent_code=code)) as sb:
+        with Sandbox(
+            workspace=ws,
+            settings=_base_settings(sandbox={"exit_timeout": 1.0, "kill_grace": 0.3, "agent_code": code}).sandbox,
+        ) as sb:
             assert sb.hello.get("code") == code, sb.hello
             seen = []
             for c in commands:

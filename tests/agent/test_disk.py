@@ -35,8 +35,10 @@ QUICK = 15.0  # seconds a command may take to be stopped (writing 50 MB included
 def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox, Path]]:
     ws = tmp_path_factory.mktemp("disk") / "workspace"
     ws.mkdir()
-    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
-    with Sandbox(workspace=ws, settings=s) as sb:
+    s = _base_settings(
+        sandbox={"workspace_limit": LIMIT, "scratch_limit": LIMIT, "file_limit": 1024**3, "exit_timeout": 60.0}
+    )
+    with Sandbox(workspace=ws, settings=s.sandbox) as sb:
         yield sb, ws
 
 
@@ -46,8 +48,10 @@ def file_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox
     limit never trips them too (with all three equal, the watchdog could stop the next command)."""
     ws = tmp_path_factory.mktemp("file") / "workspace"
     ws.mkdir()
-    s = _base_settings(workspace_limit=2 * LIMIT, scratch_limit=2 * LIMIT, file_limit=LIMIT, exit_timeout=60.0)
-    with Sandbox(workspace=ws, settings=s) as sb:
+    s = _base_settings(
+        sandbox={"workspace_limit": 2 * LIMIT, "scratch_limit": 2 * LIMIT, "file_limit": LIMIT, "exit_timeout": 60.0}
+    )
+    with Sandbox(workspace=ws, settings=s.sandbox) as sb:
         yield sb, ws
 
 
@@ -360,8 +364,10 @@ def test_deleting_the_images_own_files_frees_no_room(tmp_path: Path) -> None:
     with no notice)."""
     ws = tmp_path / "workspace"
     ws.mkdir()
-    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, file_limit=1024**3, exit_timeout=60.0)
-    with Sandbox(workspace=ws, settings=s) as sb:
+    s = _base_settings(
+        sandbox={"workspace_limit": LIMIT, "scratch_limit": LIMIT, "file_limit": 1024**3, "exit_timeout": 60.0}
+    )
+    with Sandbox(workspace=ws, settings=s.sandbox) as sb:
         r = sb.execute("du -sm /usr/share | cut -f1; rm -rf /usr/share; echo x > /etc/os-release", timeout=60)
         assert int(r.output) >= 60 and not r.notice, r  # more than the file below
         writer = "for i in 1 2 3 4 5 6; do head -c 20000000 /dev/zero > /root/big$i; sleep 0.2; done; echo after"
@@ -384,8 +390,10 @@ def test_the_workspace_limit_holds_in_other_modes_and_profiles(
     ws.mkdir()
     if profile == "locked" and os.geteuid() == 0:
         os.chown(ws, 1000, 1000)  # locked runs as the workspace's owner
-    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, profile=profile, workspace_mode=mode)
-    with Sandbox(workspace=ws, settings=s) as sb:
+    s = _base_settings(
+        sandbox={"workspace_limit": LIMIT, "scratch_limit": LIMIT, "profile": profile, "workspace_mode": mode}
+    )
+    with Sandbox(workspace=ws, settings=s.sandbox) as sb:
         cmd = f"mkdir -p /app/m; {hide} for i in $(seq 1 300); do head -c 1000000 /dev/zero > /app/m/f$i; done"
         cmd += "; echo after"
         r = sb.execute(cmd, timeout=60)
@@ -576,8 +584,8 @@ def test_a_deep_folder_the_agent_may_not_read_still_counts_in_locked(tmp_path: P
     ws.mkdir()
     if os.geteuid() == 0:
         os.chown(ws, 1000, 1000)  # locked runs as the workspace's owner
-    s = _base_settings(workspace_limit=LIMIT, scratch_limit=LIMIT, profile="locked")
-    with Sandbox(workspace=ws, settings=s) as sb:
+    s = _base_settings(sandbox={"workspace_limit": LIMIT, "scratch_limit": LIMIT, "profile": "locked"})
+    with Sandbox(workspace=ws, settings=s.sandbox) as sb:
         fill = "for i in $(seq 1 300); do head -c 1000000 /dev/zero > f$i; done"
         r = sb.execute(f"({DEEP_HIDDEN} && {fill}); echo after", timeout=60)
         assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r

@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
     ],
 )
 def test_a_command_that_takes_the_shells_input_away_is_not_a_success(workspace: Path, loop: str, command: str) -> None:
-    settings = _base_settings(exit_timeout=5.0, kill_grace=0.5, shell_loop=loop)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 5.0, "kill_grace": 0.5, "shell_loop": loop})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         sb.execute("export KEPT=yes; cd /tmp")
         r = sb.execute(command)
         assert not r.ok and r.return_code is None, r
@@ -37,7 +37,7 @@ def test_a_command_that_takes_the_shells_input_away_is_not_a_success(workspace: 
 def test_closing_its_standard_input_is_the_commands_own_business(workspace: Path) -> None:
     """`exec 0<&-` takes nothing from the shell (it reads its commands elsewhere): an exit 0 as it was;
     `exit 2` is the command's own end, said as such."""
-    with Sandbox(workspace=workspace, settings=_base_settings(exit_timeout=5.0)) as sb:
+    with Sandbox(workspace=workspace, settings=_base_settings(sandbox={"exit_timeout": 5.0}).sandbox) as sb:
         for command in ("exec 0<&-", "exec <&-", "exec 0</dev/null"):
             r = sb.execute(command)
             assert r.ok and r.error is None, r
@@ -47,9 +47,9 @@ def test_closing_its_standard_input_is_the_commands_own_business(workspace: Path
 
 
 def test_a_fork_bomb_left_in_the_background_is_not_blamed_on_the_next_command(workspace: Path) -> None:
-    settings = _base_settings(exit_timeout=20.0, kill_grace=0.5, pids_limit=128)
+    settings = _base_settings(sandbox={"exit_timeout": 20.0, "kill_grace": 0.5, "pids_limit": 128})
     bomb = "bomb() { bomb | bomb & }; bomb"
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         left = sb.execute(f"(sleep 1; {bomb}) &")
         assert left.ok and left.notice is None, left
         innocent = sb.execute("sleep 8; echo innocent")  # the bomb goes off while this one runs

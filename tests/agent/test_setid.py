@@ -140,7 +140,7 @@ def test_set_id_programs_outside_the_workspace_keep_their_bits(sb: Sandbox) -> N
 def test_in_locked_the_workspace_refuses_set_id_bits_too(workspace: Path, settings: Settings) -> None:
     """In locked the agent and the model run as the workspace's non-root owner."""
     os.chown(workspace, 1000, 1000)
-    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(profile="locked")) as sb:
         r = sb.execute("cp /bin/sh /app/s && chmod 4311 /app/s")
         assert r.return_code != 0 and "Operation not permitted" in r.output, r.output
         r = sb.execute("touch /tmp/own && chmod 4755 /tmp/own && stat -c %a /tmp/own")  # not the workspace
@@ -157,7 +157,7 @@ def test_no_host_file_takes_a_set_id_bit_not_even_outside_the_workspace(workspac
     sub.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "sandshell-test", str(sub)], check=True)
     try:
-        with Sandbox(workspace=workspace, settings=settings) as sb:
+        with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
             r = sb.execute("cp /bin/sh /app/sub/x && chmod 4755 /app/sub/x")
             assert r.return_code != 0 and "Operation not permitted" in r.output, r.output
             r = sb.execute(
@@ -300,7 +300,7 @@ def test_the_agent_runs_as_an_untraceable_pid_1(workspace: Path, settings: Setti
     """With Docker's init as PID 1 and the agent traceable, a process inside ran `chmod` in them
     through ptrace, outside the filter (a set-uid root shell in the host folder), and could stop
     the agent with SIGSTOP."""
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         r = sb.execute(
             "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/environ >/dev/null 2>&1 && echo read-environ;"
             " python3 -c 'import ctypes; print(\"ptrace\", ctypes.CDLL(None).ptrace(16, 1, 0, 0))'; kill -STOP 1"

@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.docker]
 @pytest.fixture(params=["auto", "off"], ids=["loop", "wrapper"])
 def box(workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """Both ways commands run: the compiled loop (the default) and the bash functions alone."""
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=request.param)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5, "shell_loop": request.param})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.hello.get("shell") == ("loop" if request.param == "auto" else "wrapper"), sb.hello
         yield sb
 

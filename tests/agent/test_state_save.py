@@ -22,8 +22,8 @@ STATE = "/run/sandshell-agent"
 @pytest.fixture(scope="module", params=["auto", "off"], ids=["loop", "wrapper"])
 def sb(shared_workspace: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """Both ways commands run: the compiled loop saves in C, the bash functions with `>|`."""
-    settings = _base_settings(exit_timeout=3.0, kill_grace=0.5, shell_loop=request.param)
-    with Sandbox(workspace=shared_workspace, settings=settings) as box:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "kill_grace": 0.5, "shell_loop": request.param})
+    with Sandbox(workspace=shared_workspace, settings=settings.sandbox) as box:
         yield box
 
 

@@ -40,7 +40,7 @@ def _model_settings(**env: str) -> Settings:
 
 def _llm(lines: list[str], prompt: str = "You look around.") -> tuple[LLM, Recording]:
     backend = Recording(lines)
-    return LLM(prompt, settings=_base_settings(), backend=backend), backend
+    return LLM(prompt, settings=_base_settings().model, backend=backend), backend
 
 
 # -- LLM ----------------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def test_ask_returns_the_parsed_actions_and_keeps_the_exchange() -> None:
 
 def test_ask_lowers_a_timeout_above_the_limit_to_it() -> None:
     llm, _ = _llm(['[{"bash": "sleep 1", "timeout": 2000}, {"bash": "ls", "timeout": 5}]'])
-    cap = llm.settings.max_exit_timeout
+    cap = llm.timeout_cap
     assert llm.ask("Go") == [{"bash": "sleep 1", "timeout": cap}, {"bash": "ls", "timeout": 5}]
     assert json.loads(llm.history[-1]["content"])[0]["timeout"] == cap  # the history holds what would run
 
@@ -80,13 +80,13 @@ def test_an_answer_that_is_not_actions_is_a_model_error_and_is_not_kept() -> Non
 
 
 def test_the_oldest_exchanges_go_when_the_context_is_full() -> None:
-    s = _base_settings(n_ctx=512, max_tokens=64)
+    s = _base_settings(model={"n_ctx": 512, "max_tokens": 64})
     backend = Recording(['{"bash": "ls"}'] * 30)
     backend.n_ctx = 512
-    llm = LLM("You look around.", settings=s, backend=backend)
+    llm = LLM("You look around.", settings=s.model, backend=backend)
     for i in range(30):
         llm.ask(f"message {i} " + "x" * 200)
-    assert backend.count(backend.prompts[-1]) <= 512 - 64 - s.context_margin
+    assert backend.count(backend.prompts[-1]) <= 512 - 64 - s.model.context_margin
     assert backend.prompts[-1][-1]["content"].startswith("message 29") and len(llm.history) < 20
     with pytest.raises(ModelError, match="shorter message"):
         llm.ask("y" * 4000)
@@ -94,7 +94,7 @@ def test_the_oldest_exchanges_go_when_the_context_is_full() -> None:
 
 @pytest.mark.model
 def test_ask_on_the_real_default_model_gives_actions() -> None:
-    llm = LLM("You are a careful shell user.", settings=_model_settings(LLAMA_SEED="5", LLAMA_MAX_TOKENS="96"))
+    llm = LLM("You are a careful shell user.", settings=_model_settings(LLAMA_SEED="5", LLAMA_MAX_TOKENS="96").model)
     answer = llm.ask("List the files in /app.")
     assert answer and all(len({"bash", "read", "write", "done"} & set(a)) == 1 for a in answer)
     assert len(llm.history) == 2
@@ -111,7 +111,7 @@ def folder(tmp_path: Path) -> Path:
 
 def _bot(folder: Path, lines: list[str], **kw: Any) -> tuple[Bot, Recording]:
     llm, backend = _llm(lines)
-    s = _base_settings(intro=False)
+    s = _base_settings(model={"intro": False})
     return Bot(
         "reader", BotType.READING, Permission.READ_ONLY, llm=llm, folder_to_mount=folder, settings=s, **kw
     ), backend
@@ -160,7 +160,7 @@ def test_bad_input_is_a_false_status_with_one_sentence(folder: Path) -> None:
 
 
 def test_a_given_environment_is_used_and_kept(folder: Path) -> None:
-    s = _base_settings(intro=False)
+    s = _base_settings(model={"intro": False})
     with Environment(folder, Permission.READ_WRITE, settings=s) as env:
         llm, _ = _llm(['{"bash": "echo made > /app/made.txt"}', '{"done": "made it"}'])
         bot = Bot("writer", BotType.WRITING, Permission.READ_WRITE, llm=llm, environment=env, settings=s)
@@ -172,7 +172,7 @@ def test_a_given_environment_is_used_and_kept(folder: Path) -> None:
 
 
 def test_each_type_has_its_own_prompt_and_browsing_gets_network_and_a_browser(folder: Path) -> None:
-    s = _base_settings(profile="locked")
+    s = _base_settings(sandbox={"profile": "locked"})
     prompts = {t: Bot("b", t, settings=s, llm=_llm(["[]"])[0]).system_prompt([]) for t in BotType}
     assert len(set(prompts.values())) == 4
     browsing = Bot("b", BotType.BROWSING, settings=s, llm=_llm(["[]"])[0])
@@ -189,7 +189,7 @@ def test_each_type_has_its_own_prompt_and_browsing_gets_network_and_a_browser(fo
 def test_a_browsing_bot_reads_a_page_with_its_text_browser(folder: Path) -> None:
     """The browser is installed from Debian's packages at the first start (then cached)."""
     (folder / "page.html").write_text("<html><body><h1>Opening hours</h1><p>Open 9 to 5.</p></body></html>")
-    s = _base_settings(intro=False)
+    s = _base_settings(model={"intro": False})
     llm, _ = _llm(['{"bash": "lynx -dump -nolist file:///app/page.html"}', '{"done": "open 9 to 5"}'])
     out = Bot("web", BotType.BROWSING, llm=llm, folder_to_mount=folder, settings=s).run("Hours?", timeout=600)
     assert out["status"] is True, out["error"]

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.docker]
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     folder = tmp_path_factory.mktemp("bot-env")
     (folder / "hello.txt").write_text("hello\n")
-    with Environment(folder, Permission.READ_WRITE, settings=_base_settings(kill_grace=0.5)) as e:
+    with Environment(folder, Permission.READ_WRITE, settings=_base_settings(sandbox={"kill_grace": 0.5})) as e:
         yield e
 
 
@@ -128,7 +128,7 @@ def nonce(docker_client: docker.DockerClient) -> Iterator[str]:
     yield n
     for image in docker_client.images.list(filters={"label": LABEL}):
         history = " ".join(str(step.get("CreatedBy", "")) for step in image.history())
-        if n in history and any(tag.startswith(f"{_base_settings().image}-tools-") for tag in image.tags):
+        if n in history and any(tag.startswith(f"{_base_settings().sandbox.image}-tools-") for tag in image.tags):
             docker_client.images.remove(image.id, force=True)
 
 
@@ -151,7 +151,7 @@ def test_a_tool_is_installed_verified_and_cached(
     with first:
         assert first.image_built is True
         assert first.execute(f"mytool-{nonce}")["output"] == f"mytool {nonce}\n"
-    image = docker_client.images.get(f"{tool_image_repo(s, [tool])}:{context_hash()}")
+    image = docker_client.images.get(f"{tool_image_repo(s.sandbox, [tool])}:{context_hash()}")
     labels = image.labels or {}
     assert LABEL in labels and engine.LABEL not in labels and engine.PID_LABEL not in labels
     second = Environment(tmp_path, Permission.READ_ONLY, [tool], settings=s)
@@ -184,7 +184,7 @@ def test_a_failing_verification_is_a_clear_error_and_leaves_no_container(
     mine = [
         c
         for c in docker_client.api.containers(all=True, filters={"label": engine.LABEL})
-        if c["Image"].startswith(tool_image_repo(_base_settings(), [tool]))
+        if c["Image"].startswith(tool_image_repo(_base_settings().sandbox, [tool]))
     ]
     assert mine == []
 

@@ -39,7 +39,9 @@ def append_line(how: str) -> Task:
 
 
 def verdicts(tmp_path: Path, ways: dict[str, str]) -> dict[str, bool]:
-    settings = _base_settings(intro=False, exit_timeout=10.0)  # standard: the model may replace /usr/bin/cat
+    settings = _base_settings(
+        model={"intro": False}, sandbox={"exit_timeout": 10.0}
+    )  # standard: the model may replace /usr/bin/cat
     variant = Variant("v", settings, solutions=True)
     results = [run_suite([append_line(how)], [variant], tmp_path / name)[0] for name, how in ways.items()]
     for result in results:

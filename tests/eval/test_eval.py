@@ -108,10 +108,12 @@ def test_every_task_is_solvable_and_its_check_fails_when_nothing_was_done(tmp_pa
     """Each reference solution passes its check; a session that does nothing fails it."""
     nothing = tmp_path / "nothing.jsonl"
     nothing.write_text('[{"done": "did nothing"}]\n')
-    base = _base_settings(exit_timeout=20.0, intro=False, profile="locked")  # the tasks are offline
+    base = _base_settings(
+        sandbox={"exit_timeout": 20.0, "profile": "locked"}, model={"intro": False}
+    )  # the tasks are offline
     variants = [
         Variant("solution", base, solutions=True),
-        Variant("nothing", base.replace(backend="script", script_path=str(nothing))),
+        Variant("nothing", base.replace(model=base.model.replace(backend="script", script_path=str(nothing)))),
     ]
     tasks = load_tasks([TASKS])
     results = run_suite(tasks, variants, tmp_path / "out", parallel=2)
@@ -191,7 +193,7 @@ def test_compare_shows_rates_and_the_tasks_that_flipped(tmp_path: Path, capsys: 
 @pytest.mark.model
 def test_a_real_model_run_is_measured(tmp_path: Path) -> None:
     tasks = load_tasks([TASKS / "write-hello.toml"])
-    s = _base_settings(profile="locked", max_tokens=96)
+    s = _base_settings(sandbox={"profile": "locked"}, model={"max_tokens": 96})
     [res] = run_suite(tasks, [Variant("model", s)], tmp_path)
     assert res.status in {"done", "max_steps", "timeout", "stuck"}, res.error
     assert res.steps >= 1 and len(res.ttft) == res.steps and res.tokens_in > 0 and res.tokens_out > 0
@@ -206,7 +208,10 @@ def test_a_turn_that_runs_past_the_time_limit_is_stopped(tmp_path: Path, monkeyp
     task = load_task(write(tmp_path, "slow", GOOD.replace("time_limit = 30", "time_limit = 1")))
     script = tmp_path / "slow.jsonl"
     script.write_text('[{"bash": "sleep 25", "timeout": 30}]\n')
-    s = _base_settings(intro=False, profile="locked", exit_timeout=30.0, backend="script", script_path=str(script))
+    s = _base_settings(
+        model={"intro": False, "backend": "script", "script_path": str(script)},
+        sandbox={"profile": "locked", "exit_timeout": 30.0},
+    )
     [res] = run_suite([task], [Variant("v", s)], tmp_path / "out")
     assert res.status == "timeout" and "past the time limit" in (res.error or "")
     assert res.seconds < 15 and not res.passed

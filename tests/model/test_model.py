@@ -37,7 +37,7 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="module")
 def backend(settings: Settings) -> LlamaBackend:
-    return LlamaBackend(settings)
+    return LlamaBackend(settings.model)
 
 
 def test_bad_model_files_are_one_sentence(tmp_path: Path, settings: Settings) -> None:
@@ -50,7 +50,7 @@ def test_bad_model_files_are_one_sentence(tmp_path: Path, settings: Settings) ->
     }
     for path, words in cases.items():
         with pytest.raises(ModelError, match=words):
-            resolve_model_path(settings.replace(model_path=path))
+            resolve_model_path(settings.model.replace(model_path=path))
 
 
 def test_the_default_model_needs_no_configuration(backend: LlamaBackend) -> None:
@@ -68,7 +68,7 @@ def test_a_prompt_with_a_lone_surrogate_is_counted_and_generated_from(backend: L
 
 def test_constrained_answers_always_parse(backend: LlamaBackend, settings: Settings) -> None:
     """Every answer parses, or (the only way a constrained answer can fail) was cut by max_tokens."""
-    model = Model(backend, settings)
+    model = Model(backend, settings.model)
     whole = 0
     for seed in range(6):
         chunks: list[str] = []
@@ -114,14 +114,14 @@ def test_unconstrained_garbage_is_retried_then_reported(settings: Settings) -> N
         constrained = False
 
     good = Loose(["I will now list files.", '[{"bash": "ls"}]'])
-    replies = [x for x in Model(good, settings).turn(MESSAGES, {}) if isinstance(x, Reply)]
+    replies = [x for x in Model(good, settings.model).turn(MESSAGES, {}) if isinstance(x, Reply)]
     assert replies[0].actions == [actions.Action("bash", "ls")] and replies[0].attempts == 2
 
     bad = Loose(["nope", "still nope", "never"] * 2)
-    texts = list(Model(bad, settings).turn(MESSAGES, {}))
+    texts = list(Model(bad, settings.model).turn(MESSAGES, {}))
     reply = texts[-1]
-    assert isinstance(reply, Reply) and reply.error and reply.attempts == settings.parse_retries + 1
-    assert sum(1 for t in texts if isinstance(t, str) and "asking again" in t) == settings.parse_retries
+    assert isinstance(reply, Reply) and reply.error and reply.attempts == settings.model.parse_retries + 1
+    assert sum(1 for t in texts if isinstance(t, str) and "asking again" in t) == settings.model.parse_retries
 
 
 def test_script_backend_replays_jsonl(tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ def test_loading_in_threads_never_swaps_the_process_fds(settings: Settings) -> N
     whole time (a swap to /dev/null loses every other thread's output, and two can leave it for good)."""
     before = [os.fstat(fd).st_ino for fd in (1, 2)]
     loaded: list[LlamaBackend] = []
-    threads = [threading.Thread(target=lambda: loaded.append(LlamaBackend(settings))) for _ in range(2)]
+    threads = [threading.Thread(target=lambda: loaded.append(LlamaBackend(settings.model))) for _ in range(2)]
     for t in threads:
         t.start()
     swapped = 0
@@ -198,10 +198,10 @@ def test_a_load_prints_nothing(tmp_path: Path) -> None:
 @pytest.mark.model
 def test_the_prompt_is_evaluated_in_batches_and_each_is_told(settings: Settings) -> None:
     """Progress before the first token: one report per n_batch tokens, up to all of the new ones."""
-    small = LlamaBackend(settings.replace(load_params={"n_batch": 64}))
+    small = LlamaBackend(settings.model.replace(load_params={"n_batch": 64}))
     long = [*MESSAGES, {"role": "user", "content": "Notes: " + "the quick brown fox jumps. " * 60}]
     before_text: list[PromptProgress] = []
-    for item in small.stream(long, {**settings.sampling, "max_tokens": 8}):
+    for item in small.stream(long, {**settings.model.sampling, "max_tokens": 8}):
         if isinstance(item, str):
             break
         if isinstance(item, PromptProgress):

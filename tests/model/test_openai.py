@@ -64,11 +64,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_streams_and_parses_with_a_constraint(server: str) -> None:
-    settings = config.load(env_file=None, environ={}).replace(
-        backend="openai", openai_base_url=server, openai_model="smollm2"
+    settings = config.load(env_file=None, environ={})
+    settings = settings.replace(
+        model=settings.model.replace(backend="openai", openai_base_url=server, openai_model="smollm2")
     )
-    backend = OpenAIBackend(settings)
-    model = Model(backend, settings)
+    backend = OpenAIBackend(settings.model)
+    model = Model(backend, settings.model)
     messages = [
         {"role": "system", "content": fixed_system_prompt()},
         {"role": "user", "content": "Begin. Goal: list the files in /app."},
@@ -86,26 +87,25 @@ def test_streams_and_parses_with_a_constraint(server: str) -> None:
 
 
 def test_unreachable_server_is_one_sentence() -> None:
-    settings = config.load(env_file=None, environ={}).replace(openai_base_url="http://127.0.0.1:9/v1")
+    settings = config.load(env_file=None, environ={})
+    settings = settings.replace(model=settings.model.replace(openai_base_url="http://127.0.0.1:9/v1"))
     with pytest.raises(ModelError, match=r"cannot reach the model server at http://127\.0\.0\.1:9/v1"):
-        list(OpenAIBackend(settings).stream([{"role": "user", "content": "hi"}], {}))
+        list(OpenAIBackend(settings.model).stream([{"role": "user", "content": "hi"}], {}))
 
 
 def test_an_overflow_is_told_with_its_numbers_and_the_history_shrinks_to_fit(server: str, tmp_path: Path) -> None:
     """The server holds 4,096 tokens; the settings claim 16,384; a command of the user's fills the history."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    s = config.load(env_file=None, environ={}).replace(
-        backend="openai",
-        openai_base_url=server,
-        openai_model="smollm2",
-        n_ctx=16384,
-        max_tokens=128,
-        workspace=str(ws),
-        sessions_dir=str(tmp_path / "sessions"),
-        intro=False,
+    s = config.load(env_file=None, environ={})
+    s = s.replace(
+        model=s.model.replace(
+            backend="openai", openai_base_url=server, openai_model="smollm2", n_ctx=16384, max_tokens=128, intro=False
+        ),
+        sandbox=s.sandbox.replace(workspace=str(ws)),
+        session=s.session.replace(sessions_dir=str(tmp_path / "sessions")),
     )
-    backend = OpenAIBackend(s)
+    backend = OpenAIBackend(s.model)
     assert backend.n_ctx == 16384 and "the server did not say" in backend.description  # llama_cpp.server has no /props
     control = Control()
     control.take_over("seq 100000 104000")  # ~11,000 characters of output in the history before turn 1
@@ -133,8 +133,9 @@ def test_the_context_size_is_asked_of_a_llama_server() -> None:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Props)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        s = config.load(env_file=None, environ={}).replace(openai_base_url=f"http://127.0.0.1:{httpd.server_port}/v1")
-        backend = OpenAIBackend(s)
+        s = config.load(env_file=None, environ={})
+        s = s.replace(model=s.model.replace(openai_base_url=f"http://127.0.0.1:{httpd.server_port}/v1"))
+        backend = OpenAIBackend(s.model)
         assert backend.n_ctx == 12288 and "from the server" in backend.description
     finally:
         httpd.shutdown()
@@ -145,14 +146,13 @@ def test_a_cwd_that_is_not_utf8_reaches_the_model_server_as_an_escape(server: st
     the request's body cannot be encoded, and the session ends "failed unexpectedly"."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    s = config.load(env_file=None, environ={}).replace(
-        backend="openai",
-        openai_base_url=server,
-        openai_model="smollm2",
-        max_tokens=32,
-        workspace=str(ws),
-        sessions_dir=str(tmp_path / "sessions"),
-        intro=False,
+    s = config.load(env_file=None, environ={})
+    s = s.replace(
+        model=s.model.replace(
+            backend="openai", openai_base_url=server, openai_model="smollm2", max_tokens=32, intro=False
+        ),
+        sandbox=s.sandbox.replace(workspace=str(ws)),
+        session=s.session.replace(sessions_dir=str(tmp_path / "sessions")),
     )
     control = Control()
     control.take_over("mkdir -p $'/tmp/\\xff' && cd $'/tmp/\\xff' && pwd")

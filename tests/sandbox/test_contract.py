@@ -280,8 +280,8 @@ def test_an_id_nested_as_deep_as_the_parser_takes_is_answered_not_a_crash(worksp
     """Every reply echoes the request's id: one nested a level or two short of the parser's limit
     parses, then cannot be encoded back (RecursionError), which must not end the agent, PID 1
     (compiled, or from source, whose encoding runs a frame or two deeper)."""
-    settings = _base_settings(exit_timeout=3.0, agent_code=code)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"exit_timeout": 3.0, "agent_code": code})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         container = sb.container.id
         assert sb.conn is not None
         for depth in range(900, 1001):

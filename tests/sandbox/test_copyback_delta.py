@@ -23,7 +23,7 @@ ONLY = "only what changed"
 
 @pytest.fixture
 def archive() -> Settings:
-    return _base_settings(exit_timeout=5.0, workspace_transfer="archive", sync_seconds=0.0)
+    return _base_settings(sandbox={"exit_timeout": 5.0, "workspace_transfer": "archive", "sync_seconds": 0.0})
 
 
 def _no_full_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +38,7 @@ def test_only_changes_come_back(archive: Settings, workspace: Path, monkeypatch:
         (workspace / name).write_text(f"{name}\n")
     (workspace / "old" / "deep").mkdir(parents=True)
     (workspace / "old" / "deep" / "f").write_text("f\n")
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         _no_full_copy(monkeypatch)  # the listing made at the start is the first one compared with
         sb.execute(
             "cd /app && echo edited > edit.txt && rm gone.txt && rm -r old && mkdir -p new/sub && chmod 750 new"
@@ -60,7 +60,7 @@ def test_only_changes_come_back(archive: Settings, workspace: Path, monkeypatch:
 
 def test_links_and_fifos_take_the_full_copy(archive: Settings, workspace: Path) -> None:
     (workspace.parent / "secret").write_text("outside\n")
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.sync_workspace()
         sb.execute("cd /app && echo a > a && ln -s a alias && ln -s ../secret out")
         said = sb.sync_workspace()
@@ -86,7 +86,7 @@ exit 0
 def test_the_host_never_runs_the_models_find_or_tar(archive: Settings, workspace: Path) -> None:
     """The standard profile's model is root over the image: it replaces `find` and `tar` where the
     engine's exec would find them. Neither runs, whatever copy back happens (quick, full, the last)."""
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         r = sb.execute(
             "for b in /usr/bin/find /bin/tar /usr/bin/tar /usr/local/bin/find /usr/local/bin/tar; do"
             f" cat > $b <<'EOF'\n{HOSTILE}EOF\nchmod 755 $b; done; echo x > /app/x; echo ok"
@@ -107,8 +107,10 @@ def test_sparse_files_past_the_limit_never_come_back_dense(workspace: Path) -> N
     what a copy will write, so it trips, the copy back is refused before it writes, and a sparse file
     under the limit comes back sparse (quick or full)."""
     limit = 50_000_000
-    s = _base_settings(exit_timeout=30.0, workspace_transfer="archive", sync_seconds=0.0, workspace_limit=limit)
-    with Sandbox(workspace=workspace, settings=s) as sb:
+    s = _base_settings(
+        sandbox={"exit_timeout": 30.0, "workspace_transfer": "archive", "sync_seconds": 0.0, "workspace_limit": limit}
+    )
+    with Sandbox(workspace=workspace, settings=s.sandbox) as sb:
         r = sb.execute("cd /app && for i in $(seq 40); do truncate -s 40M s$i; sleep 0.05; done; echo after")
         assert r.notice and "SANDSHELL_WORKSPACE_LIMIT" in r.notice and "after" not in r.output, r
         said = sb.sync_workspace()
@@ -133,7 +135,7 @@ def test_a_link_in_the_workspace_is_never_written_through(archive: Settings, wor
     (workspace / "added").mkdir()
     (workspace / "edited").mkdir()
     (workspace / "edited" / "f").write_text("before\n")
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.sync_workspace()
         for name in ("added", "edited"):
             os.rename(workspace / name, workspace / f"{name}.moved")

@@ -39,7 +39,7 @@ def _events(sb: Sandbox, command: str, timeout: float) -> tuple[list[Output], Re
 def test_docker_kill_mid_command_is_reported_fast_and_next_command_runs_fresh(
     workspace: Path, settings: Settings, docker_client: docker.DockerClient
 ) -> None:
-    with Sandbox(workspace=workspace, settings=settings.replace(exit_timeout=60)) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(exit_timeout=60)) as sb:
         first = sb.container.id
         threading.Timer(0.7, lambda: docker_client.containers.get(first).kill()).start()
         start = time.monotonic()
@@ -53,7 +53,7 @@ def test_docker_kill_mid_command_is_reported_fast_and_next_command_runs_fresh(
 def test_the_agent_cannot_be_killed_or_stopped_from_inside(workspace: Path, settings: Settings) -> None:
     """The agent is PID 1 of the container's namespace: KILL and STOP from inside never reach it, and
     it handles no other signal."""
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.hello["pid"] == 1
         container = sb.container.id
         for sig in ("KILL", "STOP", "TERM", "INT", "HUP", "QUIT", "USR1"):
@@ -67,7 +67,7 @@ def test_signals_limits_and_priorities_aimed_at_the_agent_change_nothing(workspa
     """The model shares the agent's uid and gid, which is all the kernel asks to lower another
     process's limits or priority (`prlimit --pid 1 --nofile=12:12` killed the agent), and glibc
     catches signal 33 once a thread exists (a few `kill -33 1` loops stalled the agent for 25 s)."""
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         r = sb.execute(
             "grep SigCgt /proc/1/status; for t in /proc/1/task/*; do t=${t##*/};"
             " prlimit --pid $t --nofile=12:12 2>/dev/null && echo limited;"
@@ -97,8 +97,8 @@ def test_signals_limits_and_priorities_aimed_at_the_agent_change_nothing(workspa
 
 
 def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Settings) -> None:
-    s = settings.replace(exit_timeout=3.0, output_limit=0, spill_limit=0)
-    with Sandbox(workspace=workspace, settings=s) as sb:
+    s = settings.replace(sandbox=settings.sandbox.replace(exit_timeout=3.0, output_limit=0, spill_limit=0))
+    with Sandbox(workspace=workspace, settings=s.sandbox) as sb:
         seqs: list[int] = []
         received = 0
         dropped = False
@@ -122,7 +122,7 @@ def test_dropped_socket_while_yes_streams_resumes(workspace: Path, settings: Set
 
 
 def test_malformed_and_oversized_frames_get_errors_and_agent_stays_up(workspace: Path, settings: Settings) -> None:
-    with Sandbox(workspace=workspace, settings=settings) as raw_agent:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as raw_agent:
         _malformed(raw_agent)
 
 
@@ -156,7 +156,7 @@ def _malformed(raw_agent: Sandbox) -> None:
 
 def test_read_only_workspace(workspace: Path, settings: Settings) -> None:
     (workspace / "keep.txt").write_text("original")
-    with Sandbox(workspace=workspace, settings=settings.replace(workspace_mode="ro")) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(workspace_mode="ro")) as sb:
         assert sb.execute("cat /app/keep.txt").output == "original"
         assert sb.execute("echo changed > /app/keep.txt").return_code != 0
         r = sb.execute("yes | head -c 3000000")
@@ -166,7 +166,7 @@ def test_read_only_workspace(workspace: Path, settings: Settings) -> None:
 
 def test_copied_workspace_never_touches_the_host(workspace: Path, settings: Settings) -> None:
     (workspace / "keep.txt").write_text("original")
-    with Sandbox(workspace=workspace, settings=settings.replace(workspace_mode="copy")) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(workspace_mode="copy")) as sb:
         assert sb.execute("cat /app/keep.txt").output == "original"
         assert sb.execute("echo changed > /app/keep.txt && touch /app/new && cat /app/keep.txt").output == "changed\n"
     assert (workspace / "keep.txt").read_text() == "original"
@@ -174,11 +174,14 @@ def test_copied_workspace_never_touches_the_host(workspace: Path, settings: Sett
 
 
 def test_failed_start_leaves_nothing(workspace: Path, settings: Settings, docker_client: docker.DockerClient) -> None:
-    bad = settings.replace(memory="not-a-size")
+    bad = settings.replace(sandbox=settings.sandbox.replace(memory="not-a-size"))
     before = {
         c.id for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "sandshell.session"})
     }
-    with pytest.raises(Exception, match=r"(?i)sandbox|memory|invalid"), Sandbox(workspace=workspace, settings=bad):
+    with (
+        pytest.raises(Exception, match=r"(?i)sandbox|memory|invalid"),
+        Sandbox(workspace=workspace, settings=bad.sandbox),
+    ):
         pass
     after = {c.id for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "sandshell.session"})}
     assert after <= before
@@ -189,12 +192,15 @@ def test_missing_workspace_is_one_clear_sentence(tmp_path: Path, settings: Setti
     """Reset is advised only for the workspace it lays out; any other folder is to be made or named."""
     with (
         pytest.raises(SandshellError, match=r"does not exist; create it first") as other,
-        Sandbox(tmp_path / "nope", settings),
+        Sandbox(tmp_path / "nope", settings.sandbox),
     ):
         pass
     assert "reset" not in str(other.value)
-    home = settings.replace(workspace=str(tmp_path / "home-workspace"))
-    with pytest.raises(SandshellError, match=r"does not exist; run \./reset\.sh to create it"), Sandbox(settings=home):
+    home = settings.replace(sandbox=settings.sandbox.replace(workspace=str(tmp_path / "home-workspace")))
+    with (
+        pytest.raises(SandshellError, match=r"does not exist; run \./reset\.sh to create it"),
+        Sandbox(settings=home.sandbox),
+    ):
         pass
 
 
@@ -202,7 +208,7 @@ def test_locked_profile(workspace: Path, settings: Settings) -> None:
     import os
 
     os.chown(workspace, 1000, 1000)
-    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(profile="locked")) as sb:
         assert sb.execute("id -u").output.strip() == "1000"
         assert sb.execute("touch /etc/x").return_code != 0  # read-only root
         assert sb.execute("touch /tmp/x && echo > /app/mine && echo ok").output.endswith("ok\n")
@@ -216,7 +222,7 @@ def test_locked_profile(workspace: Path, settings: Settings) -> None:
 def test_a_container_killed_between_commands_is_replaced(
     workspace: Path, settings: Settings, docker_client: docker.DockerClient
 ) -> None:
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         first = sb.container.id
         assert sb.execute("echo one").output == "one\n"
         docker_client.containers.get(first).kill()
@@ -229,7 +235,7 @@ def test_files_made_as_root_go_back_to_a_non_root_workspace_owner(workspace: Pat
     import os
 
     os.chown(workspace, 1234, 2345)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.execute("id -u").output == "0\n"  # standard: root inside
         sb.execute("mkdir -p /app/a/b && echo x > /app/a/b/f && touch /app/top")
         sb.write_file("/app/written.txt", "w")
@@ -244,7 +250,7 @@ def test_locked_works_on_a_root_owned_workspace(workspace: Path, settings: Setti
     mode and the model can write /app; in copy mode the host folder is never touched."""
     os.chown(workspace, 0, 0)
     (workspace / "goal").write_text("kept")
-    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked", workspace_mode=mode)) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(profile="locked", workspace_mode=mode)) as sb:
         r = sb.execute("echo x > /app/new && cat /app/goal && touch /usr/x 2>/dev/null || echo read-only-root")
         assert r.output == "keptread-only-root\n", r  # the goal has no newline
         assert "CapEff:\t0000000000000000" in sb.execute("grep CapEff /proc/self/status").output
@@ -368,7 +374,7 @@ def test_an_agent_that_reattaches_but_stays_silent_is_given_up_after_one_reconne
 
     monkeypatch.setattr(module, "SILENCE", 0.3)
     conn, agent = _linked(monkeypatch)
-    sb = Sandbox(workspace=tmp_path, settings=settings.replace(kill_grace=0.1))
+    sb = Sandbox(workspace=tmp_path, settings=settings.sandbox.replace(kill_grace=0.1))
     sb.conn = conn
     asked = _unreachable_agent(monkeypatch, sb)
     engine: list[object] = []  # an agent that stopped answering: nothing to ask the engine
@@ -387,7 +393,7 @@ def test_a_link_that_drops_at_every_reconnect_is_retried_a_few_times_backed_off(
 ) -> None:
     conn, agent = _linked(monkeypatch)
     agent.close()  # every read: the agent closed the connection
-    sb = Sandbox(workspace=tmp_path, settings=settings)
+    sb = Sandbox(workspace=tmp_path, settings=settings.sandbox)
     sb.conn = conn
     asked = _unreachable_agent(monkeypatch, sb)
     (result,) = list(sb._follow("true", "c1", 5.0))
@@ -411,7 +417,7 @@ def test_workers_smaller_than_the_agent_that_fill_the_memory_limit_are_the_ones_
     exempt: forty workers of 8 MB each, all smaller than the agent, would take the agent and the
     sandbox down within 1.5 s. The model's processes go first; a model that
     brings its own back to the agent's level is told the sandbox ran out of memory."""
-    with Sandbox(workspace=workspace, settings=settings.replace(memory="256m", exit_timeout=30)) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(memory="256m", exit_timeout=30)) as sb:
         first = sb.container.id
         assert sb.execute("cat /proc/self/oom_score_adj").output.strip() == "500"
         assert sb.execute("cat /proc/1/oom_score_adj 2>/dev/null || echo hidden").output.strip() in ("0", "hidden")
@@ -429,7 +435,7 @@ def test_drops_far_apart_each_start_afresh(monkeypatch: pytest.MonkeyPatch, tmp_
 
     monkeypatch.setattr(module, "EPISODE", 0.2)
     conn, agent = _linked(monkeypatch)
-    sb = Sandbox(workspace=tmp_path, settings=settings)
+    sb = Sandbox(workspace=tmp_path, settings=settings.sandbox)
     sb.conn = conn
 
     def recv(deadline: float) -> dict[str, object]:  # each drop comes longer than EPISODE after the last

@@ -23,8 +23,9 @@ def test_the_socket_transports_cannot_be_asked_for(name: str) -> None:
 @pytest.mark.docker
 @pytest.mark.parametrize("mode", ["rw", "copy"])
 def test_the_only_host_folder_bound_in_is_the_workspace(workspace: Path, mode: str) -> None:
-    settings = config.load(env_file=None, environ={"SANDSHELL_HOME": HOME}).replace(workspace_mode=mode)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = config.load(env_file=None, environ={"SANDSHELL_HOME": HOME})
+    settings = settings.replace(sandbox=settings.sandbox.replace(workspace_mode=mode))
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         sb.container.reload()
         binds = [m for m in sb.container.attrs["Mounts"] if m["Type"] == "bind"]
         assert [m["Source"] for m in binds] == ([str(workspace.resolve())] if mode == "rw" else []), binds

@@ -92,7 +92,7 @@ def test_sparse_files_past_the_limit_are_refused_before_anything_is_written(tmp_
     assert list((tmp_path / "archive").iterdir()) == []
     with pytest.raises(SandboxError, match="cannot be copied in: its files hold more than 100000000 bytes"):
         transfer.pack(ws, limit=100_000_000)
-    settings = _base_settings(workspace=str(ws), workspace_limit=100_000_000)
+    settings = _base_settings(sandbox={"workspace": str(ws), "workspace_limit": 100_000_000})
     with pytest.raises(SandshellError, match=r"the workspace was not archived: .* nothing was changed"):
         reset(assume_yes=True, settings=settings)
     assert len(os.listdir(ws)) == 1000
@@ -132,7 +132,7 @@ def test_fifos_links_and_hard_links_are_archived_as_themselves(tmp_path: Path) -
 @pytest.mark.docker
 def test_a_copy_mode_start_takes_a_folder_nested_past_the_recursion_limit(workspace: Path) -> None:
     _nest(workspace, DEEP)
-    with Sandbox(workspace=workspace, settings=_base_settings(workspace_mode="copy")) as sb:
+    with Sandbox(workspace=workspace, settings=_base_settings(sandbox={"workspace_mode": "copy"}).sandbox) as sb:
         r = sb.execute(f"cat /app/{BOTTOM}")
         assert r.output == "found\n", r
 
@@ -144,8 +144,8 @@ def test_the_copy_back_replaces_a_folder_nested_past_the_recursion_limit(workspa
     for name in ("x", "y"):
         (workspace / name).mkdir()
         _nest(workspace / name, DEEP)
-    settings = _base_settings(workspace_transfer="archive", sync_seconds=0.0, exit_timeout=30.0)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    settings = _base_settings(sandbox={"workspace_transfer": "archive", "sync_seconds": 0.0, "exit_timeout": 30.0})
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         sb.execute("rm -rf /app/x /app/y && echo file > /app/x && ln -s x /app/y")
         said = sb.sync_workspace()
         assert "not copied back" not in said and "refused" not in said, said

@@ -43,7 +43,7 @@ TASKS = Path(__file__).resolve().parents[2] / "tasks"
 
 @pytest.fixture(scope="module")
 def image(docker_client: docker.DockerClient) -> str:
-    return REAL_IMAGE if REAL else ensure_image(docker_client, _base_settings())
+    return REAL_IMAGE if REAL else ensure_image(docker_client, _base_settings().sandbox)
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +67,15 @@ def kconf(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def ks(kconf: str, image: str) -> Settings:
     """Settings for sessions on the fake cluster."""
     return _base_settings(
-        engine="kubernetes",
-        kube_config=kconf,
-        kube_image=image,
-        exit_timeout=5.0,
-        kill_grace=0.5,
-        kube_start_timeout=20.0,
-        kube_heartbeat=1.0,
+        sandbox={
+            "engine": "kubernetes",
+            "kube_config": kconf,
+            "kube_image": image,
+            "exit_timeout": 5.0,
+            "kill_grace": 0.5,
+            "kube_start_timeout": 20.0,
+            "kube_heartbeat": 1.0,
+        },
     )
 
 
@@ -87,7 +89,7 @@ def _containers(docker_client: docker.DockerClient, session: str) -> list[object
 
 def _left(ks: Settings) -> list[str]:
     """Sessions' pods and network policies still in the namespace, as the API server lists them."""
-    cluster = kube.Cluster(ks)
+    cluster = kube.Cluster(ks.sandbox)
     try:
         pods = cluster.call(
             "list pods", cluster.core.list_namespaced_pod, cluster.namespace, label_selector="sandshell.session"
@@ -104,7 +106,7 @@ def _left(ks: Settings) -> list[str]:
 def test_kubectl_applies_waits_attaches_and_deletes_against_the_fake(
     kconf: str, image: str, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
-    pod = podspec.pod(_base_settings(kube_image=image), "kubectl-check", image)
+    pod = podspec.pod(_base_settings(sandbox={"kube_image": image}).sandbox, "kubectl-check", image)
     name = pod["metadata"]["name"]
     manifest = tmp_path / "pod.json"
     manifest.write_text(json.dumps(pod))
@@ -141,10 +143,10 @@ def test_kubectl_applies_waits_attaches_and_deletes_against_the_fake(
 
 
 def test_the_official_client_creates_watches_reads_and_deletes(ks: Settings, image: str) -> None:
-    cluster = kube.Cluster(ks)
+    cluster = kube.Cluster(ks.sandbox)
     try:
         assert cluster.namespace == "default" and cluster.host.startswith("http://127.0.0.1:")
-        body = podspec.pod(ks, "client-check", image)
+        body = podspec.pod(ks.sandbox, "client-check", image)
         cluster.create("pod", body)
         states = []
         for pod in cluster.watch(body["metadata"]["name"], 20):
@@ -168,7 +170,7 @@ def test_a_session_runs_in_a_pod_with_the_same_results_as_on_docker(
     (workspace / "sub").mkdir()
     (workspace / "sub" / "note.txt").write_text("from the host\n")
     os.symlink("sub/note.txt", workspace / "link")
-    with Sandbox(workspace=workspace, settings=ks) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox) as sb:
         assert sb.hello["pid"] == 1 and sb.hello["host"] == "sandbox"
         r = sb.execute("cd sub && cat note.txt && export K=v; md5sum /app/data.bin | cut -c1-32; readlink /app/link")
         digest = hashlib.md5((workspace / "data.bin").read_bytes()).hexdigest()
@@ -191,7 +193,7 @@ def test_what_the_model_leaves_in_app_cannot_reach_outside_the_workspace(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_text("host only\n")
-    with Sandbox(workspace=workspace, settings=ks) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox) as sb:
         hostile = (
             f"ln -s {outside} /app/escape; ln -s ../../../../{outside}/secret /app/up; mkfifo /app/fifo; "
             "ln -s /proc/1/environ /app/env; touch /app/$'new\\nline'; mkdir -p /app/d; ln -s /etc /app/d/etc"
@@ -212,7 +214,7 @@ def test_what_the_model_leaves_in_app_cannot_reach_outside_the_workspace(
 
 def test_copy_mode_never_writes_the_host_folder(ks: Settings, workspace: Path) -> None:
     (workspace / "keep.txt").write_text("as it was\n")
-    with Sandbox(workspace=workspace, settings=ks.replace(workspace_mode="copy")) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox.replace(workspace_mode="copy")) as sb:
         assert sb.execute("cat keep.txt; echo changed > keep.txt; touch other").output == "as it was\n"
     assert sorted(os.listdir(workspace)) == ["keep.txt"] and (workspace / "keep.txt").read_text() == "as it was\n"
 
@@ -220,7 +222,7 @@ def test_copy_mode_never_writes_the_host_folder(ks: Settings, workspace: Path) -
 def test_a_locked_pod_has_no_network_no_root_and_its_policy_goes_with_it(
     ks: Settings, workspace: Path, docker_client: docker.DockerClient
 ) -> None:
-    with Sandbox(workspace=workspace, settings=ks.replace(profile="locked")) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox.replace(profile="locked")) as sb:
         assert f"sandshell-{sb.session_id}" in _left(ks)  # the pod and its deny-all policy, under one name
         r = sb.execute("id -u; touch /etc/x 2>&1; cat /proc/net/dev | grep -c eth0 || true")
         assert r.output.splitlines()[0] == "1000" and "Read-only file system" in r.output, r
@@ -236,7 +238,7 @@ def test_a_dropped_attach_is_resumed_with_nothing_lost_or_repeated(
     ks: Settings, workspace: Path, fake: FakeCluster
 ) -> None:
     said: list[str] = []
-    with Sandbox(workspace=workspace, settings=ks, log=said.append) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox, log=said.append) as sb:
         chunks: list[str] = []
         result: list[Result] = []
 
@@ -259,7 +261,7 @@ def test_a_dropped_attach_is_resumed_with_nothing_lost_or_repeated(
 def test_an_attach_dropped_between_commands_is_noticed_before_the_next_one_is_sent(
     ks: Settings, workspace: Path, fake: FakeCluster
 ) -> None:
-    with Sandbox(workspace=workspace, settings=ks) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox) as sb:
         assert sb.execute("cd /tmp; X=kept").return_code == 0
         for _ in range(3):
             assert fake.drop_attaches() == 1
@@ -274,14 +276,14 @@ def test_idle_attaches_send_heartbeats_and_v5_half_closes_while_v4_still_works(
     ks: Settings, workspace: Path, fake: FakeCluster
 ) -> None:
     fake.pings, fake.half_closed, fake.chosen = 0, 0, []
-    with Sandbox(workspace=workspace, settings=ks.replace(kube_heartbeat=0.4)) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox.replace(kube_heartbeat=0.4)) as sb:
         time.sleep(2.0)
         assert fake.pings >= 2, "an idle attach sent no ping"
         assert sb.execute("echo v5").output == "v5\n"
     assert fake.chosen[0] == "v5.channel.k8s.io" and fake.half_closed >= 1
     fake.protocols, fake.chosen, fake.half_closed = ["v4.channel.k8s.io"], [], 0
     try:
-        with Sandbox(workspace=workspace, settings=ks) as sb:
+        with Sandbox(workspace=workspace, settings=ks.sandbox) as sb:
             assert sb.execute("echo v4").output == "v4\n"
             fake.drop_attaches()
             assert sb.execute("echo again").output == "again\n"
@@ -293,7 +295,7 @@ def test_idle_attaches_send_heartbeats_and_v5_half_closes_while_v4_still_works(
 def test_large_output_is_read_with_back_pressure_and_stdin_messages_stay_small(
     ks: Settings, workspace: Path, fake: FakeCluster
 ) -> None:
-    with Sandbox(workspace=workspace, settings=ks.replace(output_limit=0)) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox.replace(output_limit=0)) as sb:
         assert sb.conn is not None
         total, peak = 0, 0
         for i, event in enumerate(sb.stream("head -c 20000000 /dev/zero | tr '\\0' a", timeout=60)):
@@ -317,13 +319,13 @@ def test_large_output_is_read_with_back_pressure_and_stdin_messages_stay_small(
 # -- failures, each one sentence, nothing left ---------------------------------------------------
 def test_a_pod_that_never_schedules_says_why_and_leaves_nothing(ks: Settings, workspace: Path) -> None:
     with pytest.raises(SandboxError, match=r"did not schedule .* Insufficient memory.*SANDSHELL_MEMORY"):
-        Sandbox(workspace=workspace, settings=ks.replace(memory="100g", kube_start_timeout=3.0)).__enter__()
+        Sandbox(workspace=workspace, settings=ks.sandbox.replace(memory="100g", kube_start_timeout=3.0)).__enter__()
     assert not _left(ks)
 
 
 def test_an_image_that_cannot_be_pulled_says_so(ks: Settings, workspace: Path) -> None:
     with pytest.raises(SandboxError, match=r"cannot pull the sandbox image registry.invalid/none:1 \(ErrImagePull"):
-        Sandbox(workspace=workspace, settings=ks.replace(kube_image="registry.invalid/none:1")).__enter__()
+        Sandbox(workspace=workspace, settings=ks.sandbox.replace(kube_image="registry.invalid/none:1")).__enter__()
     assert not _left(ks)
 
 
@@ -340,7 +342,7 @@ def test_rbac_refusals_are_one_sentence(
     fake.forbidden.add((verb, resource))
     try:
         with pytest.raises(SandshellError, match=says):
-            Sandbox(workspace=workspace, settings=ks).__enter__()
+            Sandbox(workspace=workspace, settings=ks.sandbox).__enter__()
     finally:
         fake.forbidden.clear()
     assert not _left(ks)
@@ -349,7 +351,7 @@ def test_rbac_refusals_are_one_sentence(
 def test_a_node_lost_mid_command_is_named_and_the_next_command_gets_a_fresh_pod(
     ks: Settings, workspace: Path, fake: FakeCluster
 ) -> None:
-    with Sandbox(workspace=workspace, settings=ks) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox) as sb:
         first = sb.container.name
         timer = threading.Timer(1.0, fake.lose_node, ("default", first))
         timer.start()
@@ -362,7 +364,7 @@ def test_a_node_lost_mid_command_is_named_and_the_next_command_gets_a_fresh_pod(
 
 
 def test_an_api_server_away_for_a_while_is_waited_out(ks: Settings, workspace: Path, fake: FakeCluster) -> None:
-    with Sandbox(workspace=workspace, settings=ks) as sb:
+    with Sandbox(workspace=workspace, settings=ks.sandbox) as sb:
         chunks: list[str] = []
 
         def run() -> None:
@@ -380,13 +382,13 @@ def test_an_api_server_away_for_a_while_is_waited_out(ks: Settings, workspace: P
 
 
 def test_the_reaper_removes_pods_a_dead_process_left(ks: Settings, workspace: Path, image: str) -> None:
-    cluster = kube.Cluster(ks)
+    cluster = kube.Cluster(ks.sandbox)
     try:
-        orphan = podspec.pod(ks, "orphan-1", image)
+        orphan = podspec.pod(ks.sandbox, "orphan-1", image)
         orphan["metadata"]["labels"][podspec.SERVER_LABEL] = podspec.server_id().rsplit(".", 1)[0] + ".999999999"
         cluster.create("pod", orphan)
         said: list[str] = []
-        with Sandbox(workspace=workspace, settings=ks, log=said.append):
+        with Sandbox(workspace=workspace, settings=ks.sandbox, log=said.append):
             assert "removed a leftover pod sandshell-orphan-1" in said
     finally:
         cluster.close()
@@ -415,7 +417,15 @@ def test_a_task_through_the_service_runs_in_a_pod_with_its_events(
 def test_eval_runs_tasks_in_pods(ks: Settings, tmp_path: Path) -> None:
     tasks = load_tasks([TASKS / f"{n}.toml" for n in ("write-hello", "rename-file", "fix-script")])
     results = run_suite(
-        tasks, [Variant("pods", ks.replace(intro=False, profile="locked"), solutions=True)], tmp_path / "out"
+        tasks,
+        [
+            Variant(
+                "pods",
+                ks.replace(model=ks.model.replace(intro=False), sandbox=ks.sandbox.replace(profile="locked")),
+                solutions=True,
+            )
+        ],
+        tmp_path / "out",
     )
     assert [r.passed for r in results] == [True, True, True], [(r.task, r.error, r.check_output) for r in results]
     assert not _left(ks)

@@ -51,8 +51,8 @@ def test_a_session_cannot_reach_another_sessions_listener(
     accepted.start()
     try:
         with (
-            Sandbox(workspace=tmp_path / "a", settings=settings) as a,
-            Sandbox(workspace=tmp_path / "b", settings=settings) as b,
+            Sandbox(workspace=tmp_path / "a", settings=settings.sandbox) as a,
+            Sandbox(workspace=tmp_path / "b", settings=settings.sandbox) as b,
         ):
             a.execute(LISTEN)
             a_ip, _ = address(a)
@@ -74,8 +74,8 @@ def test_a_locked_session_reaches_neither_another_session_nor_the_host(
     (tmp_path / "b").mkdir()
     os.chown(tmp_path / "b", 1000, 1000)
     with (
-        Sandbox(workspace=tmp_path / "a", settings=settings) as a,
-        Sandbox(workspace=tmp_path / "b", settings=settings.replace(profile="locked")) as b,
+        Sandbox(workspace=tmp_path / "a", settings=settings.sandbox) as a,
+        Sandbox(workspace=tmp_path / "b", settings=settings.sandbox.replace(profile="locked")) as b,
     ):
         a.execute(LISTEN)
         a_ip, gateway = address(a)

@@ -26,7 +26,7 @@ def owned(path: Path) -> bool:
 def test_a_file_made_deep_in_a_tree_already_looked_at_comes_back_at_once(workspace: Path, settings: Settings) -> None:
     """Only folders whose times moved are listed again: a new file deep down moves its own folder's."""
     os.chown(workspace, UID, GID)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         # 200 processes: 2-3 s on a slow day (the fixture's timeout is 3 s: a loop cut short failed here)
         r = sb.execute("mkdir -p /app/a/b/c /app/d && for i in $(seq 1 200); do touch /app/d/f$i; done", timeout=60)
         assert r.ok, r
@@ -41,7 +41,7 @@ def test_a_file_given_to_root_in_place_comes_back_within_the_full_walks_period(
 ) -> None:
     """`chown` moves no folder's time: the full walk finds it, every Owner.FULL_SECONDS."""
     os.chown(workspace, UID, GID)
-    with Sandbox(workspace=workspace, settings=settings) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox) as sb:
         assert sb.execute("mkdir -p /app/x && echo hi > /app/x/f").ok
         assert owned(workspace / "x" / "f")
         sb.execute("chown 0:0 /app/x/f")

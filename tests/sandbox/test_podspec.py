@@ -21,14 +21,21 @@ from tests.conftest import _base_settings
 
 
 def test_a_standard_pod_is_hardened_as_the_container_is() -> None:
-    s = _base_settings(memory="512m", cpus=0.5, kube_runtime_class="gvisor", kube_node_selector="pool=sandbox, zone=a")
-    pod = podspec.pod(s, "20261128-000000-ab12", "registry.example/sandshell-sandbox:abc")
+    s = _base_settings(
+        sandbox={
+            "memory": "512m",
+            "cpus": 0.5,
+            "kube_runtime_class": "gvisor",
+            "kube_node_selector": "pool=sandbox, zone=a",
+        }
+    )
+    pod = podspec.pod(s.sandbox, "20261128-000000-ab12", "registry.example/sandshell-sandbox:abc")
     spec = pod["spec"]
     [c] = spec["containers"]
     assert (c["stdin"], c["stdinOnce"], c["tty"]) == (True, False, False)
     assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
     assert spec["runtimeClassName"] == "gvisor" and spec["nodeSelector"] == {"pool": "sandbox", "zone": "a"}
-    assert spec["activeDeadlineSeconds"] == s.kube_deadline
+    assert spec["activeDeadlineSeconds"] == s.sandbox.kube_deadline
     sec = c["securityContext"]
     assert sec["capabilities"] == {"drop": ["ALL"], "add": STANDARD_CAPS}
     assert sec["allowPrivilegeEscalation"] is False and sec["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -41,7 +48,7 @@ def test_a_standard_pod_is_hardened_as_the_container_is() -> None:
 
 
 def test_a_locked_pod_is_non_root_read_only_with_no_capability_and_a_deny_all_policy() -> None:
-    pod = podspec.pod(_base_settings(profile="locked"), "s1", "img")
+    pod = podspec.pod(_base_settings(sandbox={"profile": "locked"}).sandbox, "s1", "img")
     sec = pod["spec"]["containers"][0]["securityContext"]
     assert sec["capabilities"] == {"drop": ["ALL"], "add": []}
     assert sec["readOnlyRootFilesystem"] is True and sec["runAsNonRoot"] is True and sec["runAsUser"] == 1000
@@ -61,7 +68,7 @@ def test_a_locked_pod_is_non_root_read_only_with_no_capability_and_a_deny_all_po
 )
 def test_settings_a_pod_cannot_take_are_one_sentence(changes: dict[str, str], says: str) -> None:
     with pytest.raises(SandboxError, match=says):
-        podspec.pod(_base_settings(**changes), "s1", "img")
+        podspec.pod(_base_settings(sandbox=changes).sandbox, "s1", "img")
 
 
 def test_an_unknown_engine_is_refused_with_the_choices() -> None:
@@ -130,17 +137,19 @@ def test_a_refused_attach_names_the_verbs_it_needs() -> None:
 
 
 def test_on_a_cluster_the_scheduler_places_and_tool_images_come_from_the_registry() -> None:
-    s = _base_settings(engine="kubernetes", docker_hosts="tcp://127.0.0.1:1,tcp://127.0.0.1:2")
-    assert engine.least_loaded(s) is s  # no engine of the list is asked: none answers here
+    s = _base_settings(sandbox={"engine": "kubernetes", "docker_hosts": "tcp://127.0.0.1:1,tcp://127.0.0.1:2"})
+    assert engine.least_loaded(s.sandbox) is s.sandbox  # no engine of the list is asked: none answers here
     tools = [ToolDefinition("true", "true", "jq", name="jq")]
-    image = cluster_tool_image(s.replace(kube_image="reg.example:5000/sandshell-sandbox:abc"), tools)
+    image = cluster_tool_image(s.sandbox.replace(kube_image="reg.example:5000/sandshell-sandbox:abc"), tools)
     assert image == f"reg.example:5000/sandshell-sandbox-tools-{tools_hash(tools)}:abc"
 
 
 def test_a_cluster_without_an_image_or_a_configuration_is_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(SandboxError, match="SANDSHELL_ENGINE=kubernetes needs SANDSHELL_KUBE_IMAGE"):
-        Sandbox(workspace=tmp_path, settings=_base_settings(engine="kubernetes")).start()
+        Sandbox(workspace=tmp_path, settings=_base_settings(sandbox={"engine": "kubernetes"}).sandbox).start()
     pytest.importorskip("kubernetes")
-    missing = _base_settings(engine="kubernetes", kube_image="img", kube_config=str(tmp_path / "nowhere"))
+    missing = _base_settings(
+        sandbox={"engine": "kubernetes", "kube_image": "img", "kube_config": str(tmp_path / "nowhere")}
+    )
     with pytest.raises(ClusterUnavailable, match=r"cannot read the Kubernetes configuration .*SANDSHELL_KUBECONFIG"):
-        Sandbox(workspace=tmp_path, settings=missing).start()
+        Sandbox(workspace=tmp_path, settings=missing.sandbox).start()

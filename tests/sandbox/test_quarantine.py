@@ -104,10 +104,14 @@ def test_git_and_editors_run_nothing_the_model_wrote(
     if profile == "locked":
         subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
     said: list[str] = []
-    s = settings.replace(profile=profile, git_write=git_write, workspace_transfer=transfer, sync_seconds=0.0)
-    with Sandbox(workspace=ws, settings=s, log=said.append) as sb:
+    s = settings.replace(
+        sandbox=settings.sandbox.replace(
+            profile=profile, git_write=git_write, workspace_transfer=transfer, sync_seconds=0.0
+        )
+    )
+    with Sandbox(workspace=ws, settings=s.sandbox, log=said.append) as sb:
         sb.execute(attack(ws, ran), timeout=20)
-        folder = s.path(s.sessions_dir) / sb.session_id / "quarantine"
+        folder = s.path(s.session.sessions_dir) / sb.session_id / "quarantine"
     host_tools(ws, home)
     assert not ran.exists(), f"host git ran the model's programs: {ran.read_text()!r}"
     notice = " ".join(said)
@@ -208,8 +212,8 @@ def test_a_copy_back_that_rewrites_every_file_moves_only_what_changed(tmp_path: 
     (ws / ".vscode").mkdir()
     (ws / ".vscode" / "settings.json").write_text("{}\n")
     said: list[str] = []
-    s = settings.replace(workspace_transfer="archive", sync_seconds=0.0)
-    with Sandbox(workspace=ws, settings=s, log=said.append) as sb:
+    s = settings.replace(sandbox=settings.sandbox.replace(workspace_transfer="archive", sync_seconds=0.0))
+    with Sandbox(workspace=ws, settings=s.sandbox, log=said.append) as sb:
         sb.execute("echo 'echo changed' >> /app/.git/hooks/pre-push")
     assert (ws / ".git" / "hooks" / "pre-commit").is_file() and (ws / ".vscode" / "settings.json").is_file()
     assert not (ws / ".git" / "hooks" / "pre-push").exists()

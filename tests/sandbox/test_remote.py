@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient) -> Iterator[engines.Engine]:
-    image = ensure_image(docker_client, _base_settings())
+    image = ensure_image(docker_client, _base_settings().sandbox)
     interfaces = {name for _, name in socket.if_nameindex() if not name.startswith("veth")}
     with engines.tls_engine(tmp_path_factory.mktemp("remote")) as e:
         assert "docker0" not in interfaces or "docker0" in {n for _, n in socket.if_nameindex()}
@@ -48,15 +48,15 @@ def on_remote(remote: engines.Engine, monkeypatch: pytest.MonkeyPatch, tmp_path:
     # requests would take this CA over the engine's own for every TLS connection: it must not
     (tmp_path / "wrong-ca.pem").write_text("not a certificate\n")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "wrong-ca.pem"))
-    return _base_settings(exit_timeout=5.0, docker_host=remote.url, docker_tls=str(remote.certs))
+    return _base_settings(sandbox={"exit_timeout": 5.0, "docker_host": remote.url, "docker_tls": str(remote.certs)})
 
 
 def test_a_session_runs_on_the_tls_engine_and_its_workspace_comes_back(on_remote: Settings, workspace: Path) -> None:
     (workspace / "goal").write_text("count to three\n")
     (workspace / "old.txt").write_text("the model deletes this\n")
     (workspace / "sub").mkdir()
-    with Sandbox(workspace=workspace, settings=on_remote) as sb:
-        assert not engine.is_local(on_remote) and sb._spec is not None and sb._spec.archive
+    with Sandbox(workspace=workspace, settings=on_remote.sandbox) as sb:
+        assert not engine.is_local(on_remote.sandbox) and sb._spec is not None and sb._spec.archive
         # nothing of the host's folder is mounted: /app is a volume holding a copy
         r = sb.execute("cat /app/goal; grep -c ' /app ' /proc/mounts; echo made > /app/sub/new.txt; rm /app/old.txt")
         assert r.output.startswith("count to three\n1\n"), r
@@ -76,7 +76,7 @@ def test_a_session_runs_on_the_tls_engine_and_its_workspace_comes_back(on_remote
 def test_set_id_bits_and_links_never_reach_the_host(on_remote: Settings, workspace: Path) -> None:
     """As an attacker inside would try: a set-uid root shell, a link out, a link through a folder."""
     (workspace / "inside").mkdir()
-    with Sandbox(workspace=workspace, settings=on_remote) as sb:
+    with Sandbox(workspace=workspace, settings=on_remote.sandbox) as sb:
         sb.execute(
             "cp /bin/bash /app/rootshell && chmod 4755 /app/rootshell; chmod 2755 /app/inside;"
             "ln -s ../../../../etc /app/up; ln -s inside /app/alias"
@@ -95,20 +95,20 @@ def test_read_only_and_copy_modes_never_touch_the_host_folder(on_remote: Setting
     (workspace / "goal").write_text("keep me\n")
     before = sorted(p.name for p in workspace.iterdir())
     for mode in ("ro", "copy"):
-        with Sandbox(workspace=workspace, settings=on_remote.replace(workspace_mode=mode)) as sb:
+        with Sandbox(workspace=workspace, settings=on_remote.sandbox.replace(workspace_mode=mode)) as sb:
             r = sb.execute("cat /app/goal; echo x > /app/new && echo wrote; rm -f /app/goal")
             assert r.output.startswith("keep me\n"), r
             assert ("wrote" in r.output) == (mode == "copy"), r
             assert "Read-only file system" in r.output or mode == "copy", r
         assert sorted(p.name for p in workspace.iterdir()) == before
         assert (workspace / "goal").read_text() == "keep me\n"
-    c = engines.client(engines.Engine(on_remote.docker_host, Path(on_remote.docker_tls), Path()))
+    c = engines.client(engines.Engine(on_remote.sandbox.docker_host, Path(on_remote.sandbox.docker_tls), Path()))
     assert not c.api.volumes(filters={"label": engine.LABEL}).get("Volumes"), "the ro copy's volume was left"
 
 
 def test_locked_profile_on_the_remote_engine(on_remote: Settings, workspace: Path) -> None:
     (workspace / "goal").write_text("g")
-    with Sandbox(workspace=workspace, settings=on_remote.replace(profile="locked")) as sb:
+    with Sandbox(workspace=workspace, settings=on_remote.sandbox.replace(profile="locked")) as sb:
         r = sb.execute("id -u; echo hi > /app/made; touch /usr/x 2>/dev/null || echo read-only-root")
         assert r.output.endswith("read-only-root\n") and r.return_code == 0, r
     assert (workspace / "made").read_text() == "hi\n"
@@ -126,7 +126,10 @@ def test_a_headless_task_on_the_remote_engine(on_remote: Settings, workspace: Pa
         )
         + "\n"
     )
-    s = on_remote.replace(backend="script", script_path=str(script), workspace=str(workspace), intro=False)
+    s = on_remote.replace(
+        model=on_remote.model.replace(backend="script", script_path=str(script), intro=False),
+        sandbox=on_remote.sandbox.replace(workspace=str(workspace)),
+    )
     start = time.monotonic()
     result = run_task("write remote into answer.txt", timeout=120, max_iterations=5, settings=s)
     assert result["status"] == "done", result
@@ -136,11 +139,13 @@ def test_a_headless_task_on_the_remote_engine(on_remote: Settings, workspace: Pa
 
 def test_a_wrong_engine_address_or_certificate_folder_is_one_clear_sentence(tmp_path: Path) -> None:
     with pytest.raises(DockerUnavailable, match=r"SANDSHELL_DOCKER_TLS=.* lacks ca\.pem"):
-        engine.client(_base_settings(docker_host="tcp://127.0.0.1:9", docker_tls=str(tmp_path)))
+        engine.client(_base_settings(sandbox={"docker_host": "tcp://127.0.0.1:9", "docker_tls": str(tmp_path)}).sandbox)
     with pytest.raises(DockerUnavailable, match=r"the Docker engine at tcp://127.0.0.1:9 does not answer"):
-        engine.client(_base_settings(docker_host="tcp://127.0.0.1:9"))
+        engine.client(_base_settings(sandbox={"docker_host": "tcp://127.0.0.1:9"}).sandbox)
     with pytest.raises(DockerUnavailable, match=r"over TCP without TLS, so anyone on the way could drive it"):
-        engine.client(_base_settings(docker_host="tcp://192.0.2.1:2375"))  # refused before any packet leaves
+        engine.client(
+            _base_settings(sandbox={"docker_host": "tcp://192.0.2.1:2375"}).sandbox
+        )  # refused before any packet leaves
 
 
 def test_copying_back_never_writes_through_a_link_already_in_the_workspace(tmp_path: Path) -> None:
@@ -170,26 +175,33 @@ def test_sessions_go_to_the_engine_running_fewest(
     """SANDSHELL_DOCKER_HOSTS: the local engine and the TLS one; the one running fewer sessions is
     chosen, an engine that does not answer is passed over, and when none answers it is one sentence."""
     local_url = "unix:///var/run/docker.sock"
-    s = on_remote.replace(docker_hosts=f"{local_url}, {on_remote.docker_host}, tcp://127.0.0.1:9")
-    remote = engines.client(engines.Engine(on_remote.docker_host, Path(on_remote.docker_tls), Path()))
+    s = on_remote.replace(
+        sandbox=on_remote.sandbox.replace(
+            docker_hosts=f"{local_url}, {on_remote.sandbox.docker_host}, tcp://127.0.0.1:9"
+        )
+    )
+    remote = engines.client(engines.Engine(on_remote.sandbox.docker_host, Path(on_remote.sandbox.docker_tls), Path()))
 
     def load(c: docker.DockerClient) -> int:
         return len(c.api.containers(filters={"label": engine.LABEL}))
 
     (tmp_path / "a").mkdir()
-    with Sandbox(workspace=tmp_path / "a", settings=on_remote.replace(docker_host="")):
+    with Sandbox(workspace=tmp_path / "a", settings=on_remote.sandbox.replace(docker_host="")):
         assert load(remote) == 0 < load(docker_client)
-        assert engine.least_loaded(s).docker_host == on_remote.docker_host
+        assert engine.least_loaded(s.sandbox).docker_host == on_remote.sandbox.docker_host
     (tmp_path / "b").mkdir()
     (tmp_path / "c").mkdir()
-    with Sandbox(workspace=tmp_path / "b", settings=on_remote), Sandbox(workspace=tmp_path / "c", settings=on_remote):
+    with (
+        Sandbox(workspace=tmp_path / "b", settings=on_remote.sandbox),
+        Sandbox(workspace=tmp_path / "c", settings=on_remote.sandbox),
+    ):
         before = (load(docker_client), load(remote))
-        chosen = engine.least_loaded(s).docker_host
+        chosen = engine.least_loaded(s.sandbox).docker_host
         if before == (load(docker_client), load(remote)):  # other sessions on this machine may come and go
-            assert chosen == (local_url if before[0] <= before[1] else on_remote.docker_host), before
-    assert engine.least_loaded(on_remote).docker_host == on_remote.docker_host  # no list: as configured
+            assert chosen == (local_url if before[0] <= before[1] else on_remote.sandbox.docker_host), before
+    assert engine.least_loaded(on_remote.sandbox).docker_host == on_remote.sandbox.docker_host  # no list: as configured
     with pytest.raises(DockerUnavailable, match="no engine of SANDSHELL_DOCKER_HOSTS answers"):
-        engine.least_loaded(on_remote.replace(docker_hosts="tcp://127.0.0.1:9"))
+        engine.least_loaded(on_remote.sandbox.replace(docker_hosts="tcp://127.0.0.1:9"))
 
 
 def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Settings, tmp_path: Path) -> None:
@@ -199,13 +211,14 @@ def test_the_service_places_a_task_on_the_least_loaded_engine(on_remote: Setting
     from sandshell.service.taskqueue import place
 
     s = on_remote.replace(
-        docker_host="",
-        docker_hosts=f"tcp://127.0.0.1:9,{on_remote.docker_host}",
-        sessions_dir=str(tmp_path / "sessions"),
+        sandbox=on_remote.sandbox.replace(
+            docker_host="", docker_hosts=f"tcp://127.0.0.1:9,{on_remote.sandbox.docker_host}"
+        ),
+        session=on_remote.session.replace(sessions_dir=str(tmp_path / "sessions")),
     )
     placed = place(s, TaskRecord("t1", "a goal", {"workspace_mode": "rw"}))
-    assert placed.docker_host == on_remote.docker_host and engine.archive_transfer(placed)
-    assert placed.workspace == str(tmp_path / "sessions" / "t1" / "workspace")
+    assert placed.sandbox.docker_host == on_remote.sandbox.docker_host and engine.archive_transfer(placed.sandbox)
+    assert placed.sandbox.workspace == str(tmp_path / "sessions" / "t1" / "workspace")
 
 
 def test_a_whole_task_runs_on_the_tls_engine_through_the_api(

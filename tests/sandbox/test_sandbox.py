@@ -373,7 +373,7 @@ def test_the_shell_keeps_to_the_agents_cpu_and_what_it_starts_runs_on_all(worksp
     every = str(len(os.sched_getaffinity(0)))  # (the container is given all of the host's)
     if every == "1":
         pytest.skip("one CPU: nothing to keep to")
-    with Sandbox(workspace=workspace, settings=_base_settings(shell_cpu="shared")) as sb:
+    with Sandbox(workspace=workspace, settings=_base_settings(sandbox={"shell_cpu": "shared"}).sandbox) as sb:
         r = sb.execute("nproc; (nproc); echo $(nproc); nproc | cat; { nproc & wait; }; bash -c nproc")
         assert r.output.split() == [every] * 6, r
         assert sb.execute("exec nproc").output == every + "\n"  # (the shell is then replaced)

@@ -45,14 +45,14 @@ def cap_eff(sb: Sandbox) -> int:
 @pytest.mark.parametrize("profile", ["standard", "locked"])
 def test_container_configuration_matches_the_profile(workspace: Path, settings: Settings, profile: str) -> None:
     os.chown(workspace, 1000, 1000)
-    with Sandbox(workspace=workspace, settings=settings.replace(profile=profile)) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(profile=profile)) as sb:
         sb.container.reload()
         host = sb.container.attrs["HostConfig"]
         assert host["CapDrop"] == ["ALL"]
         assert sorted(host["CapAdd"] or []) == (sorted(STANDARD_CAPS) if profile == "standard" else [])
         assert host["SecurityOpt"] == ["no-new-privileges"]
-        assert host["PidsLimit"] == settings.pids_limit and host["Memory"] == 2 * 1024**3
-        assert host["NanoCpus"] == int(settings.cpus * 1e9)
+        assert host["PidsLimit"] == settings.sandbox.pids_limit and host["Memory"] == 2 * 1024**3
+        assert host["NanoCpus"] == int(settings.sandbox.cpus * 1e9)
         assert not host["Init"] and host["LogConfig"]["Type"] == "none"  # the agent is PID 1; no log kept
         config_ = sb.container.attrs["Config"]
         assert config_["OpenStdin"] is True and not any(e.startswith("SANDSHELL_TOKEN") for e in config_["Env"])
@@ -71,7 +71,7 @@ def test_container_configuration_matches_the_profile(workspace: Path, settings: 
 
 def test_locked_forbids_mount_chown_raw_sockets_and_network(workspace: Path, settings: Settings) -> None:
     os.chown(workspace, 1000, 1000)
-    with Sandbox(workspace=workspace, settings=settings.replace(profile="locked")) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(profile="locked")) as sb:
         assert (
             sb.execute("mount -t tmpfs none /tmp/x 2>&1; mkdir -p /tmp/m && mount -t tmpfs t /tmp/m").return_code != 0
         )
@@ -131,14 +131,17 @@ def test_copy_mode_never_follows_a_symlink_out_of_the_workspace(workspace: Path,
     secret = workspace.parent / "host-secret"
     secret.write_text("host only")
     (workspace / "escape").symlink_to(secret)
-    with Sandbox(workspace=workspace, settings=settings.replace(workspace_mode="copy")) as sb:
+    with Sandbox(workspace=workspace, settings=settings.sandbox.replace(workspace_mode="copy")) as sb:
         assert sb.execute("readlink /app/escape").output.strip() == str(secret)
         assert "host only" not in sb.execute("cat /app/escape 2>&1").output
 
 
 def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path, tmp_path: Path) -> None:
-    s = config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace), intro=False, sessions_dir=str(tmp_path / "sessions")
+    s = config.load(env_file=None, environ={})
+    s = s.replace(
+        sandbox=s.sandbox.replace(workspace=str(workspace)),
+        model=s.model.replace(intro=False),
+        session=s.session.replace(sessions_dir=str(tmp_path / "sessions")),
     )
     steps = [
         {
@@ -172,8 +175,11 @@ def test_state_files_that_are_huge_binary_invalid_dirs_or_links(workspace: Path,
 
 def test_a_lasting_problem_is_told_once(workspace: Path, tmp_path: Path) -> None:
     (workspace / "goal").write_bytes(b"a\0b")
-    s = config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace), intro=False, sessions_dir=str(tmp_path / "sessions")
+    s = config.load(env_file=None, environ={})
+    s = s.replace(
+        sandbox=s.sandbox.replace(workspace=str(workspace)),
+        model=s.model.replace(intro=False),
+        session=s.session.replace(sessions_dir=str(tmp_path / "sessions")),
     )
     backend = ScriptBackend(['{"bash": "echo 1"}', '{"bash": "echo 2"}', '{"bash": "echo 3"}', '{"done": "x"}'])
     with open_session(SessionSpec(s, backend=backend, control=Control())) as session:
@@ -183,8 +189,11 @@ def test_a_lasting_problem_is_told_once(workspace: Path, tmp_path: Path) -> None
 
 
 def test_the_model_cannot_lift_limits_through_config(workspace: Path, tmp_path: Path) -> None:
-    s = config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace), intro=False, sessions_dir=str(tmp_path / "sessions")
+    s = config.load(env_file=None, environ={})
+    s = s.replace(
+        sandbox=s.sandbox.replace(workspace=str(workspace)),
+        model=s.model.replace(intro=False),
+        session=s.session.replace(sessions_dir=str(tmp_path / "sessions")),
     )
     (workspace / "config.json").write_text('{"n_ctx": 100000, "grammar": "", "exit_timeout": 9999}')
     out = run_task("t", 60, 2, settings=s, backend=ScriptBackend(['{"done": "ok"}']))
@@ -194,14 +203,15 @@ def test_the_model_cannot_lift_limits_through_config(workspace: Path, tmp_path: 
 
 def test_a_full_disk_for_recordings_stops_cleanly(workspace: Path, tmp_path: Path) -> None:
     (workspace / "keep").write_text("intact")
-    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), intro=False)
+    s = config.load(env_file=None, environ={})
+    s = s.replace(sandbox=s.sandbox.replace(workspace=str(workspace)), model=s.model.replace(intro=False))
     recorder = Recorder(tmp_path / "rec")
     recorder._log = open("/dev/full", "w")  # noqa: SIM115 - every write now fails with ENOSPC
     backend = ScriptBackend(['{"bash": "echo hi"}'] * 5)
     from sandshell.model.turn import Model
 
-    with Sandbox(workspace=workspace, settings=s) as sb:
-        outcome = Session(s, sb, Model(backend, s), [recorder], Control()).run()
+    with Sandbox(workspace=workspace, settings=s.sandbox) as sb:
+        outcome = Session(s, sb, Model(backend, s.model), [recorder], Control()).run()
         container = sb.container
     assert outcome.status == "error" and "cannot write the session recording" in (outcome.error or "")
     assert "No space left on device" in (outcome.error or "") and "\n" not in (outcome.error or "")
@@ -224,8 +234,11 @@ def test_two_sessions_at_once_share_nothing(tmp_path: Path) -> None:
     def one(name: str, other: str) -> None:
         ws = tmp_path / name
         ws.mkdir()
-        s = config.load(env_file=None, environ={}).replace(
-            workspace=str(ws), intro=False, sessions_dir=str(tmp_path / f"{name}-sessions")
+        s = config.load(env_file=None, environ={})
+        s = s.replace(
+            sandbox=s.sandbox.replace(workspace=str(ws)),
+            model=s.model.replace(intro=False),
+            session=s.session.replace(sessions_dir=str(tmp_path / f"{name}-sessions")),
         )
         script = InStep(
             [
@@ -261,7 +274,10 @@ def test_two_sessions_at_once_share_nothing(tmp_path: Path) -> None:
 
 
 def test_an_unwritable_sessions_folder_is_one_sentence(workspace: Path) -> None:
-    s = config.load(env_file=None, environ={}).replace(workspace=str(workspace), sessions_dir="/proc/sandshell")
+    s = config.load(env_file=None, environ={})
+    s = s.replace(
+        sandbox=s.sandbox.replace(workspace=str(workspace)), session=s.session.replace(sessions_dir="/proc/sandshell")
+    )
     out = run_task("t", 30, 2, settings=s, backend=ScriptBackend(['{"done": "x"}']))
     assert out["status"] == "error" and "cannot write the session recording in /proc/sandshell" in out["error"]
     assert list(workspace.iterdir()) == []

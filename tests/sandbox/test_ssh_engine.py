@@ -48,7 +48,7 @@ def _use_key(sshd: engines.Sshd, key: str, monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.fixture
 def over_ssh(sshd: engines.Sshd, monkeypatch: pytest.MonkeyPatch) -> Settings:
     _use_key(sshd, "client_key", monkeypatch)
-    return _base_settings(exit_timeout=5.0, docker_host=sshd.url)
+    return _base_settings(sandbox={"exit_timeout": 5.0, "docker_host": sshd.url})
 
 
 def test_a_whole_session_runs_over_ssh_and_its_workspace_comes_back(
@@ -56,8 +56,8 @@ def test_a_whole_session_runs_over_ssh_and_its_workspace_comes_back(
 ) -> None:
     (workspace / "goal").write_text("over ssh\n")
     (workspace / "old.txt").write_text("removed inside\n")
-    with Sandbox(workspace=workspace, settings=over_ssh) as sb:
-        assert sb._spec is not None and sb._spec.archive and not engine.is_local(over_ssh)
+    with Sandbox(workspace=workspace, settings=over_ssh.sandbox) as sb:
+        assert sb._spec is not None and sb._spec.archive and not engine.is_local(over_ssh.sandbox)
         assert _our_ssh(), "no ssh carries the session"
         name = sb.container.name
         r = sb.execute("cat /app/goal; grep -c ' /app ' /proc/mounts; echo made > /app/new.txt; rm /app/old.txt")
@@ -93,7 +93,7 @@ def _our_ssh() -> list[psutil.Process]:
 def test_a_refused_key_is_one_sentence(sshd: engines.Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
     _use_key(sshd, "stranger_key", monkeypatch)
     with pytest.raises(DockerUnavailable, match=r"cannot log in to ssh://.* over ssh \(.*Permission denied") as e:
-        engine.client(_base_settings(docker_host=sshd.url))
+        engine.client(_base_settings(sandbox={"docker_host": sshd.url}).sandbox)
     assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
 
 
@@ -107,7 +107,7 @@ def test_a_wrong_ssh_address_is_one_sentence(sshd: engines.Sshd, monkeypatch: py
         (f"ssh://root@127.0.0.1:{free_port()}", r"cannot log in to .* \(.*Connection refused"),
     ):
         with pytest.raises(DockerUnavailable, match=said):
-            engine.client(_base_settings(docker_host=url))
+            engine.client(_base_settings(sandbox={"docker_host": url}).sandbox)
 
 
 def test_the_image_for_a_remote_engine_is_built_on_the_users_own_engine(
@@ -118,8 +118,8 @@ def test_the_image_for_a_remote_engine_is_built_on_the_users_own_engine(
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no context of the user's: the default one
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    local = engine.local_client(_base_settings(docker_host="ssh://nobody@192.0.2.1"))
+    local = engine.local_client(_base_settings(sandbox={"docker_host": "ssh://nobody@192.0.2.1"}).sandbox)
     assert local.api.base_url == "http+docker://localhost" and local.ping()
     local.close()
     with pytest.raises(DockerUnavailable, match=rf"no other Docker engine answers here \(tried unix://{tmp_path}/dead"):
-        engine.local_client(_base_settings(docker_host="unix:///var/run/docker.sock"))
+        engine.local_client(_base_settings(sandbox={"docker_host": "unix:///var/run/docker.sock"}).sandbox)

@@ -29,7 +29,13 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 @pytest.fixture
 def archive() -> Settings:
     return _base_settings(
-        exit_timeout=3.0, kill_grace=0.5, workspace_transfer="archive", sync_seconds=0.0, profile="locked"
+        sandbox={
+            "exit_timeout": 3.0,
+            "kill_grace": 0.5,
+            "workspace_transfer": "archive",
+            "sync_seconds": 0.0,
+            "profile": "locked",
+        }
     )
 
 
@@ -41,7 +47,7 @@ def test_a_hard_link_to_a_refused_entry_is_refused_too(archive: Settings, worksp
     """A FIFO or a link out, given a second name with `ln`: the tar holds the second name as a hard
     link to the first, which the filter refused; tarfile then looks for it by name and raises KeyError."""
     (workspace / "keep.txt").write_text("keep\n")
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.execute("cd /app && mkfifo f && ln f g && ln -s /etc/shadow s && ln s h && echo in > a && ln a b")
         said = sb.sync_workspace()
         assert "copied back" in said and "4 refused" in said, said
@@ -56,7 +62,7 @@ def test_links_that_lead_out_only_together_never_reach_the_workspace(archive: Se
     """Each link is checked when unpacked, against the tree so far: `a -> b/..` is inside while b does
     not exist, `b -> .` is inside; together a leads to the workspace's parent."""
     (workspace.parent / "secret").write_text("outside\n")
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.execute("cd /app && ln -s b/.. a && ln -s . b && mkdir sub && ln -s b/../.. sub/a && ln -s . sub/b")
         said = sb.sync_workspace()
         assert "copied back" in said and "2 refused" in said, said
@@ -72,7 +78,7 @@ def test_a_deep_tree_never_crashes_the_copy_back(archive: Settings, workspace: P
     (workspace / "keep.txt").write_text("keep\n")
     make = "import os\nos.chdir('/app')\nfor _ in range(1100): os.mkdir('a'); os.chdir('a')\nopen('d', 'w')\n"
     try:
-        with Sandbox(workspace=workspace, settings=archive) as sb:
+        with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
             sb.execute(f'python3 -c "{make}"')
             for _ in range(2):  # the second copy walks into the tree the first one brought
                 said = sb.sync_workspace()
@@ -88,7 +94,7 @@ def test_a_deep_tree_never_crashes_the_copy_back(archive: Settings, workspace: P
 def test_names_never_break_a_line_of_what_is_said(archive: Settings, workspace: Path) -> None:
     """Odd names come back as they are; a refused one is named on one line (no fake log line)."""
     names = ["new\nline", "bad\udcff", "L" * 255, ".workspace.sync-deadbeef", ".workspace", "-rf"]
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.execute(
             r"""cd /app && touch "$(printf 'new\nline')" "$(printf 'bad\xff')" "$(printf 'L%.0s' $(seq 255))" """
             r""".workspace.sync-deadbeef .workspace ./-rf && mkdir noperm && echo x > noperm/f && chmod 000 noperm """
@@ -109,7 +115,7 @@ def test_too_many_entries_leave_the_workspace_as_it_was(
     """Empty files cost no bytes on disk, so the byte limit lets millions through; the entry bound stops them."""
     monkeypatch.setattr(untar, "MAX_ENTRIES", 2000)
     (workspace / "keep.txt").write_text("keep\n")
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.execute("cd /app && rm keep.txt && touch $(seq -f 'f%g' 3000)")
         said = sb.sync_workspace()
         assert "more than 2000" in said and "as before" in said, said
@@ -147,7 +153,7 @@ def test_an_unforeseen_failure_of_the_copy_back_is_one_sentence_and_the_containe
         raise RecursionError("maximum recursion depth exceeded")
 
     said: list[str] = []
-    with Sandbox(workspace=workspace, settings=archive, log=said.append) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox, log=said.append) as sb:
         monkeypatch.setattr(transfer, "pull", broken)
         name = sb.container.name
         assert sb.sync_workspace() == said[-1]
@@ -159,7 +165,7 @@ def test_a_file_growing_while_tar_runs_leaves_the_workspace_whole(archive: Setti
     (workspace / "keep.txt").write_text("keep\n")
     grow = "f = open('/app/grow', 'ab')\nwhile True:\n"
     grow += "    f.write(b'x' * 65536); f.flush()\n    f.tell() > 8 << 20 and f.truncate(0)"
-    with Sandbox(workspace=workspace, settings=archive) as sb:
+    with Sandbox(workspace=workspace, settings=archive.sandbox) as sb:
         sb.execute(f'(python3 -c "{grow}" &); sleep 0.5')
         for _ in range(4):
             said = sb.sync_workspace()
@@ -176,5 +182,5 @@ def test_a_certificate_folder_without_tls_verify_is_refused(tmp_path: Path, monk
     monkeypatch.setenv("DOCKER_CERT_PATH", str(tmp_path))
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
     with pytest.raises(DockerUnavailable, match="DOCKER_TLS_VERIFY"):
-        engine.client(_base_settings())
+        engine.client(_base_settings().sandbox)
     assert os.environ["DOCKER_HOST"] == "tcp://127.0.0.1:9"

@@ -145,19 +145,24 @@ def test_service_settings_out_of_range_are_one_sentence() -> None:
         with pytest.raises(SettingsError, match="SANDSHELL_MAX_SESSIONS must be 1 or more"):
             config.load(env_file=None, environ=env)
     ok = config.load(env_file=None, environ={"SANDSHELL_API_BODY_LIMIT": "1MiB", "SANDSHELL_MAX_SESSIONS": "8"})
-    assert (ok.api_body_limit, ok.max_sessions) == (1024 * 1024, 8)
+    assert (ok.service.api_body_limit, ok.service.max_sessions) == (1024 * 1024, 8)
 
 
 def test_api_profiles_default_to_locked_and_a_wrong_list_is_one_sentence() -> None:
     from sandshell.service import profiles
 
     default = config.load(env_file=None, environ={})
-    assert default.profile == "standard" and profiles.offered(default) == ("locked",)
-    assert profiles.choose(default, None) == "locked"  # the server's own profile is not offered: the first offered
+    assert default.sandbox.profile == "standard" and profiles.offered(default.service) == ("locked",)
+    assert (
+        profiles.choose(default.service, default.sandbox, None) == "locked"
+    )  # the server's own profile is not offered: the first offered
     with pytest.raises(profiles.Forbidden, match="SANDSHELL_API_PROFILES"):
-        profiles.choose(default, "standard")
+        profiles.choose(default.service, default.sandbox, "standard")
     both = config.load(env_file=None, environ={"SANDSHELL_API_PROFILES": " locked, standard "})
-    assert profiles.choose(both, None) == "standard" and profiles.choose(both, "locked") == "locked"
+    assert (
+        profiles.choose(both.service, both.sandbox, None) == "standard"
+        and profiles.choose(both.service, both.sandbox, "locked") == "locked"
+    )
     for wrong in ("networked", ",", "locked,root"):
         with pytest.raises(SettingsError, match="SANDSHELL_API_PROFILES must name standard, locked or both"):
             config.load(env_file=None, environ={"SANDSHELL_API_PROFILES": wrong})
@@ -191,9 +196,9 @@ def test_sign_ins_are_bounded_the_oldest_going_first(tmp_path: Path) -> None:
 def test_each_server_has_its_own_cookie_name(tmp_path: Path) -> None:
     a = config.load(env_file=None, environ={"SANDSHELL_HOME": str(tmp_path / "a")})
     b = config.load(env_file=None, environ={"SANDSHELL_HOME": str(tmp_path / "b")})
-    names = {cookie_name(a, 8000), cookie_name(a, 8001), cookie_name(b, 8000)}
+    names = {cookie_name(a.session, 8000), cookie_name(a.session, 8001), cookie_name(b.session, 8000)}
     assert len(names) == 3 and all(n.startswith("sandshell-") for n in names)
-    assert cookie_name(a, 8000) == cookie_name(a, 8000)  # the same after a restart
+    assert cookie_name(a.session, 8000) == cookie_name(a.session, 8000)  # the same after a restart
 
 
 def test_slots_never_let_more_in_than_their_size_under_a_crowd() -> None:

@@ -40,11 +40,9 @@ class Seeing(ScriptBackend):
 @pytest.fixture
 def s(workspace: Path, tmp_path: Path) -> Settings:
     return _base_settings(
-        workspace=str(workspace),
-        sessions_dir=str(tmp_path / "sessions"),
-        exit_timeout=5.0,
-        intro=False,
-        profile="locked",
+        sandbox={"workspace": str(workspace), "exit_timeout": 5.0, "profile": "locked"},
+        session={"sessions_dir": str(tmp_path / "sessions")},
+        model={"intro": False},
     )
 
 
@@ -67,7 +65,7 @@ def ran(seen: list[events.Event]) -> list[str]:
 def test_few_shot_examples_are_in_the_fixed_prompt_only_when_asked(s: Settings) -> None:
     for on in (False, True):
         backend = Seeing({"done": "x"})
-        run(s.replace(few_shot=on), backend)
+        run(s.replace(model=s.model.replace(few_shot=on)), backend)
         system = backend.prompts[0][0]["content"]
         assert (FEW_SHOT.strip() in system) is on
         assert backend.prompts[0][1]["content"].endswith('\nGoal "make /app/x":') is on
@@ -76,11 +74,11 @@ def test_few_shot_examples_are_in_the_fixed_prompt_only_when_asked(s: Settings) 
 
 def test_intro_as_observation_is_not_the_models_own_move(s: Settings) -> None:
     backend = Seeing({"done": "x"})
-    run(s.replace(intro=True), backend)
+    run(s.replace(model=s.model.replace(intro=True)), backend)
     assert [m["role"] for m in backend.prompts[0]] == ["system", "user", "assistant", "user"]
     assert json.loads(backend.prompts[0][2]["content"])[0]["bash"] == "pwd && ls -la"
     backend = Seeing({"done": "x"})
-    run(s.replace(intro=True, intro_style="observation", comment_chars=0), backend)
+    run(s.replace(model=s.model.replace(intro=True, intro_style="observation", comment_chars=0)), backend)
     prompt = backend.prompts[0]
     assert [m["role"] for m in prompt] == ["system", "user"]
     assert "$ pwd && ls -la\n/app\n" in prompt[1]["content"] and "look at where I am" not in prompt[1]["content"]
@@ -95,15 +93,15 @@ def test_best_of_n_keeps_the_answer_the_checker_likes(s: Settings) -> None:
         {"bash": "echo fixed"},  # turn 2
         {"done": "ok"},  # turn 3
     ]
-    outcome, seen = run(s.replace(best_of=4), Seeing(*script))
+    outcome, seen = run(s.replace(model=s.model.replace(best_of=4)), Seeing(*script))
     assert ran(seen) == ["false", "echo fixed", "ok"] and outcome.status == "done"
-    outcome, seen = run(s.replace(best_of=1), Seeing(*script))
+    outcome, seen = run(s.replace(model=s.model.replace(best_of=1)), Seeing(*script))
     assert ran(seen)[:3] == ["false", "false", "echo 'unclosed"]
 
 
 def test_best_of_n_samples_reuse_the_prompt_and_report_all_tokens(s: Settings) -> None:
     backend = Seeing({"bash": "false"}, {"bash": "false"}, {"bash": "true"}, {"done": "ok"})
-    run(s.replace(best_of=2, sampling={"temperature": 0.2, "seed": 7}), backend)
+    run(s.replace(model=s.model.replace(best_of=2, sampling={"temperature": 0.2, "seed": 7})), backend)
     assert len(backend.prompts) == 4 and backend.prompts[1] == backend.prompts[2]
     first, second = backend.params[1], backend.params[2]  # turn 2's two samples: the second is hotter, reseeded
     assert (first["temperature"], first["seed"]) == (0.2, 7) and second["seed"] == 8
@@ -113,7 +111,7 @@ def test_best_of_n_samples_reuse_the_prompt_and_report_all_tokens(s: Settings) -
 def test_error_fix_quotes_the_error(s: Settings) -> None:
     for on in (False, True):
         backend = Seeing({"bash": "cat /app/nope.txt"}, {"done": "x"})
-        run(s.replace(error_fix=on), backend)
+        run(s.replace(model=s.model.replace(error_fix=on)), backend)
         last = backend.prompts[1][-1]["content"]
         quoted = 'failed: "cat: /app/nope.txt: No such file or directory". Fix the cause'
         assert (quoted in last) is on, last
@@ -121,10 +119,14 @@ def test_error_fix_quotes_the_error(s: Settings) -> None:
 
 def test_a_nudge_restates_the_goal_once_before_the_session_is_stuck(s: Settings) -> None:
     same = [{"bash": "ls"}] * 6
-    outcome, _ = run(s.replace(repeat_limit=2), Seeing(*same))
+    outcome, _ = run(s.replace(session=s.session.replace(repeat_limit=2)), Seeing(*same))
     assert outcome.status == "stuck" and outcome.turns == 2
     backend = Seeing(*same)
-    outcome, _ = run(s.replace(repeat_limit=2, nudge=True), backend, goal="count the files in /etc")
+    outcome, _ = run(
+        s.replace(session=s.session.replace(repeat_limit=2), model=s.model.replace(nudge=True)),
+        backend,
+        goal="count the files in /etc",
+    )
     assert outcome.status == "stuck" and outcome.turns == 4
     told = backend.prompts[2][-1]["content"]
     assert "You are stuck" in told and "Your goal: count the files in /etc" in told
@@ -162,7 +164,7 @@ def test_the_history_penalty_reaches_the_last_answers_commands() -> None:
     greedy = {"temperature": 0.0, "max_tokens": 12}
     answers = {}
     for penalty in (1.0, 2.0):
-        backend = LlamaBackend(_base_settings(comment_chars=0, history_penalty=penalty))
+        backend = LlamaBackend(_base_settings(model={"comment_chars": 0, "history_penalty": penalty}).model)
         answers[penalty] = "".join(x for x in backend.stream(msgs, greedy) if isinstance(x, str))
         if penalty > 1:
             assert [backend.llm.detokenize([t]) for t in backend._recent_commands(msgs)] == [b"ls", b" -", b"la"]

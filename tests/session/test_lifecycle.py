@@ -41,8 +41,11 @@ class Collect:
 
 @pytest.fixture
 def s(tmp_path: Path) -> Settings:
-    return config.load(env_file=None, environ={}).replace(
-        workspace=str(tmp_path / "ws"), sessions_dir=str(tmp_path / "sessions"), intro=False, repeat_limit=3
+    base = config.load(env_file=None, environ={})
+    return base.replace(
+        sandbox=base.sandbox.replace(workspace=str(tmp_path / "ws")),
+        session=base.session.replace(sessions_dir=str(tmp_path / "sessions"), repeat_limit=3),
+        model=base.model.replace(intro=False),
     )
 
 
@@ -55,7 +58,7 @@ def session(
 ) -> tuple[Session, Collect]:  # type: ignore[type-arg]
     sink = Collect()
     box = ScriptedSandbox(answer=lambda c: ("ok\n", 0), **kw)  # type: ignore[arg-type]
-    return Session(s, box, Model(backend, s), [sink], control or Control(), goal="the goal"), sink
+    return Session(s, box, Model(backend, s.model), [sink], control or Control(), goal="the goal"), sink
 
 
 class Crash(ScriptBackend):
@@ -143,13 +146,15 @@ def test_a_quit_while_the_model_writes_is_no_model_error(s: Settings) -> None:
 def test_a_start_that_fails_is_said_with_its_start_and_end(s: Settings) -> None:
     """Every sink hears the start, the error and the end; a folder is kept only for a session the
     caller named (the service's task), and nothing is left for one nobody will look up."""
-    bad = s.replace(model_path=str(Path(s.workspace) / "missing.gguf"))  # the model cannot load
+    bad = s.replace(
+        model=s.model.replace(model_path=str(Path(s.sandbox.workspace) / "missing.gguf"))
+    )  # the model cannot load
     sink = Collect()
     outcome = run_session(SessionSpec(bad, "g", sinks=[sink], log=lambda _m: None))
     assert outcome.status == "error" and outcome.error and "missing.gguf" in outcome.error
     assert [type(e).__name__ for e in sink.events][:1] == ["SessionStarted"]
     assert sink.count(ev.SessionEnded) == 1 and sink.ended().error == outcome.error
-    assert outcome.recording is None and not any(Path(s.sessions_dir).glob("*/events.jsonl"))
+    assert outcome.recording is None and not any(Path(s.session.sessions_dir).glob("*/events.jsonl"))
     named = run_session(SessionSpec(bad, "g", session_id="20261128-000000-abcd", log=lambda _m: None))
     assert named.recording and (Path(named.recording) / "events.jsonl").is_file()
     recorded = [json.loads(line)["type"] for line in (Path(named.recording) / "events.jsonl").read_text().splitlines()]
@@ -159,7 +164,7 @@ def test_a_start_that_fails_is_said_with_its_start_and_end(s: Settings) -> None:
 def test_a_start_cancelled_before_it_ran_ends_cancelled(s: Settings) -> None:
     control = Control()
     control.quit("cancelled", "cancelled")
-    bad = s.replace(model_path=str(Path(s.workspace) / "missing.gguf"))
+    bad = s.replace(model=s.model.replace(model_path=str(Path(s.sandbox.workspace) / "missing.gguf")))
     with pytest.raises(SandshellError) as raised, open_session(SessionSpec(bad, "g", control=control)):
         pass
     assert outcome_of(raised.value).status == "cancelled"

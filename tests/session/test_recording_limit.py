@@ -64,8 +64,10 @@ def test_a_flood_of_control_bytes_fills_no_more_than_the_limit(tmp_path: Path) -
     script = tmp_path / "flood.jsonl"
     flood = "python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(32)) * 40000)'"
     script.write_text(json.dumps([{"bash": flood, "timeout": 30}]) + "\n" + json.dumps([{"done": "ok"}]) + "\n")
-    s = _base_settings(backend="script", script_path=str(script), intro=False, recording_limit=256 * 1024)
-    (s.path(s.workspace)).mkdir(exist_ok=True)
+    s = _base_settings(
+        model={"backend": "script", "script_path": str(script), "intro": False}, session={"recording_limit": 256 * 1024}
+    )
+    (s.path(s.sandbox.workspace)).mkdir(exist_ok=True)
     result = run_task("flood", 60, 4, settings=s)
     assert result["status"] == "done", result["error"]
     size, events = recorded(Path(result["session"]))

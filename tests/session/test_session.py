@@ -41,8 +41,11 @@ class Collect:
 
 @pytest.fixture
 def s(workspace: Path, tmp_path: Path) -> Settings:
-    return config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace), sessions_dir=str(tmp_path / "sessions"), exit_timeout=5.0, intro=False
+    base = config.load(env_file=None, environ={})
+    return base.replace(
+        sandbox=base.sandbox.replace(workspace=str(workspace), exit_timeout=5.0),
+        session=base.session.replace(sessions_dir=str(tmp_path / "sessions")),
+        model=base.model.replace(intro=False),
     )
 
 
@@ -91,12 +94,16 @@ def test_bad_reads_and_writes_are_told_to_the_model_and_the_session_goes_on(s: S
 
 
 def test_step_limit(s: Settings) -> None:
-    outcome, *_ = run(s.replace(max_steps=2), script(*[{"bash": f"echo {i}"} for i in range(10)]))
+    outcome, *_ = run(
+        s.replace(session=s.session.replace(max_steps=2)), script(*[{"bash": f"echo {i}"} for i in range(10)])
+    )
     assert outcome.status == "max_steps" and outcome.turns == 2
 
 
 def test_a_repeating_model_is_told_then_stopped(s: Settings) -> None:
-    outcome, _sink, context, _ = run(s.replace(repeat_limit=3), script(*[{"bash": "ls"}] * 10))
+    outcome, _sink, context, _ = run(
+        s.replace(session=s.session.replace(repeat_limit=3)), script(*[{"bash": "ls"}] * 10)
+    )
     assert outcome.status == "stuck" and "repeated the same action 3 times" in (outcome.error or "")
     assert any("exact action 2 times" in n for n in context.turns[1].notes)
 
@@ -105,7 +112,7 @@ def test_a_repeating_model_is_told_then_stopped(s: Settings) -> None:
 def test_a_whole_answer_of_alternating_actions_repeated_is_told_then_stopped(s: Settings) -> None:
     """Two actions an answer, the same answer each turn: no action follows itself, yet it is a repeat."""
     answer = [{"bash": "echo a"}, {"bash": "echo b"}]
-    outcome, sink, context, _ = run(s.replace(repeat_limit=3), script(*[answer] * 10))
+    outcome, sink, context, _ = run(s.replace(session=s.session.replace(repeat_limit=3)), script(*[answer] * 10))
     assert outcome.status == "stuck" and "repeated the same answer 3 times" in (outcome.error or "")
     assert outcome.turns == 3
     assert any("same as your last 1 answer" in n for n in context.turns[1].notes)
@@ -176,7 +183,7 @@ def test_recording_is_an_ordered_event_log_and_a_valid_cast(s: Settings) -> None
     lines = (folder / "session.cast").read_text().splitlines()
     header = json.loads(lines[0])
     assert header["version"] == 2 and header["width"] > 0 and header["height"] > 0
-    assert header["idle_time_limit"] == s.cast_idle_limit  # a long wait does not play as dead time
+    assert header["idle_time_limit"] == s.session.cast_idle_limit  # a long wait does not play as dead time
     events_ = [json.loads(line) for line in lines[1:]]
     assert [f[0] for f in events_] == sorted(f[0] for f in events_)
     assert [f[2] for f in events_ if f[1] == "m"] == ["$ printf 'a\\033]0;pwned\\007b\\n'"]  # one marker a command
@@ -203,7 +210,7 @@ def test_the_cast_plays_in_asciinema_and_v3_is_an_option(s: Settings) -> None:
     child.close()
     assert child.exitstatus == 0
     assert waited < 4.0  # the 5 s wait was played as 2 s (idle_time_limit), the player's start left out
-    _, _, _, folder3 = run(s.replace(cast_version="3"), script(*answers))
+    _, _, _, folder3 = run(s.replace(session=s.session.replace(cast_version="3")), script(*answers))
     lines = (folder3 / "session.cast").read_text().splitlines()
     header = json.loads(lines[0])
     assert header["version"] == 3 and header["term"]["cols"] > 0 and header["idle_time_limit"] == 2.0
@@ -241,7 +248,11 @@ def test_run_task_on_a_read_only_workspace(s: Settings, workspace: Path) -> None
 def test_headless_cli_prints_json_and_exit_status(s: Settings, tmp_path: Path) -> None:
     actions_file = tmp_path / "actions.jsonl"
     actions_file.write_text('{"bash": "uname -s"}\n{"done": "it is Linux"}\n')
-    env = {"SANDSHELL_WORKSPACE": s.workspace, "SANDSHELL_SESSIONS_DIR": s.sessions_dir, "PATH": "/usr/bin:/bin"}
+    env = {
+        "SANDSHELL_WORKSPACE": s.sandbox.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
+        "PATH": "/usr/bin:/bin",
+    }
     cmd = [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "which OS?", "--script", str(actions_file)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     result = json.loads(proc.stdout)
@@ -278,13 +289,13 @@ def test_bad_settings_in_headless_are_one_sentence(tmp_path: Path) -> None:
 def test_a_failed_start_leaves_no_folder_unless_its_caller_named_it(s: Settings, tmp_path: Path) -> None:
     """Headless, the UI, eval: nothing ran, nothing is left in sessions/. The service names a task's
     folder and reads it: there the recording says why the session never began."""
-    missing = s.replace(workspace=str(tmp_path / "no-such-workspace"))
+    missing = s.replace(sandbox=s.sandbox.replace(workspace=str(tmp_path / "no-such-workspace")))
     result = run_task("g", settings=missing, backend=script({"done": "never"}))
     assert result["status"] == "error" and "does not exist" in result["error"] and result["session"] is None
-    assert not Path(s.sessions_dir).exists() or not any(Path(s.sessions_dir).iterdir())
+    assert not Path(s.session.sessions_dir).exists() or not any(Path(s.session.sessions_dir).iterdir())
     result = run_task("g", settings=missing, backend=script({"done": "never"}), session_id="task-1")
     assert result["status"] == "error"
-    (folder,) = Path(s.sessions_dir).iterdir()
+    (folder,) = Path(s.session.sessions_dir).iterdir()
     recorded = list(load(folder))
     last = recorded[-1][1]
     assert isinstance(last, events.SessionEnded) and last.status == "error" and "does not exist" in (last.error or "")
@@ -319,10 +330,10 @@ def test_a_long_pause_is_one_event_not_a_stream(s: Settings) -> None:
 
 def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None:
     _, _, _, folder = run(s, script({"bash": "echo again > /app/marker"}, {"done": "rerun me"}))
-    (Path(s.workspace) / "marker").unlink()
+    (Path(s.sandbox.workspace) / "marker").unlink()
     env = {
-        "SANDSHELL_WORKSPACE": s.workspace,
-        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "SANDSHELL_WORKSPACE": s.sandbox.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
         "PATH": "/usr/bin:/bin",
         "LLAMA_INTRO": "false",
     }
@@ -336,7 +347,7 @@ def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["result"] == "rerun me"
-    assert (Path(s.workspace) / "marker").read_text() == "again\n"
+    assert (Path(s.sandbox.workspace) / "marker").read_text() == "again\n"
 
 
 def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Settings, tmp_path: Path) -> None:
@@ -364,13 +375,13 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
     with open_session(SessionSpec(s, backend=script(*steps), sinks=[User()], control=control)) as session:
         assert session.run().status == "done"
         folder = session.folder
-    log = Path(s.workspace) / "log"
+    log = Path(s.sandbox.workspace) / "log"
     first = log.read_text()
-    assert first == "first\nmine\nedited\n" and not (Path(s.workspace) / "must-not-exist").exists()
+    assert first == "first\nmine\nedited\n" and not (Path(s.sandbox.workspace) / "must-not-exist").exists()
     log.unlink()
     env = {
-        "SANDSHELL_WORKSPACE": s.workspace,
-        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "SANDSHELL_WORKSPACE": s.sandbox.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
         "PATH": "/usr/bin:/bin",
         "LLAMA_INTRO": "false",
     }
@@ -385,7 +396,7 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
     out = json.loads(proc.stdout)
     assert out["status"] == "done", out
     assert log.read_text() == first  # the same commands, the user's among them, in the same order
-    assert not (Path(s.workspace) / "must-not-exist").exists()
+    assert not (Path(s.sandbox.workspace) / "must-not-exist").exists()
     text = "\n".join(out["log"])
     assert "[the user rejected this action: not that]" in text and "hint sent: look at /app/log" in text
 
@@ -397,10 +408,10 @@ def test_rerun_without_a_terminal_runs_headless_with_the_recorded_goal(s: Settin
     _, _, _, folder = run(
         s, script({"bash": "cat /app/goal-seen 2>/dev/null; echo ran"}, {"done": "again"}), goal="the recorded goal"
     )
-    (Path(s.workspace) / "goal").write_text("a later goal\n")
+    (Path(s.sandbox.workspace) / "goal").write_text("a later goal\n")
     env = {
-        "SANDSHELL_WORKSPACE": s.workspace,
-        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "SANDSHELL_WORKSPACE": s.sandbox.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
         "PATH": "/usr/bin:/bin",
         "LLAMA_INTRO": "false",
         **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
@@ -434,8 +445,8 @@ def test_rerun_without_a_terminal_runs_headless_with_the_recorded_goal(s: Settin
 @pytest.mark.model
 def test_headless_on_the_real_default_model_returns_valid_json(s: Settings) -> None:
     env = {
-        "SANDSHELL_WORKSPACE": s.workspace,
-        "SANDSHELL_SESSIONS_DIR": s.sessions_dir,
+        "SANDSHELL_WORKSPACE": s.sandbox.workspace,
+        "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
         "PATH": "/usr/bin:/bin",
         "LLAMA_SEED": "3",
         "LLAMA_MAX_TOKENS": "128",

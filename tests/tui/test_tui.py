@@ -20,6 +20,7 @@ from sandshell.model.types import Message, PromptProgress, Stats
 from sandshell.tui.app import SandshellApp
 from sandshell.tui.run import live_app, replay_app
 from sandshell.tui.widgets import ShellHighlighter, ShellLog, StatusBar
+from tests.conftest import changed
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -27,18 +28,16 @@ RECORDING = Path(__file__).parent / "data" / "recording"
 SIZE = (120, 36)
 
 
-def settings_for(workspace: Path, tmp_path: Path, *answers: object, **changes: object) -> Settings:
+def settings_for(workspace: Path, tmp_path: Path, *answers: object, **changes: dict[str, Any]) -> Settings:
     script = tmp_path / "script.jsonl"
     script.write_text("".join(json.dumps(a) + "\n" for a in answers))
-    base = config.load(env_file=None, environ={}).replace(
-        workspace=str(workspace),
-        sessions_dir=str(tmp_path / "sessions"),
-        backend="script",
-        script_path=str(script),
-        intro=False,
-        exit_timeout=5.0,
+    base = config.load(env_file=None, environ={})
+    base = base.replace(
+        sandbox=base.sandbox.replace(workspace=str(workspace), exit_timeout=5.0),
+        session=base.session.replace(sessions_dir=str(tmp_path / "sessions")),
+        model=base.model.replace(backend="script", script_path=str(script), intro=False),
     )
-    return base.replace(**changes)
+    return changed(base, **changes)
 
 
 def log_text(app: SandshellApp) -> str:
@@ -105,7 +104,7 @@ async def test_approval_approve_edit_and_reject_with_reason(workspace: Path, tmp
         {"bash": "echo second"},
         {"bash": "rm -rf /app"},
         {"done": "x"},
-        approval=True,
+        session={"approval": True},
     )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
@@ -134,7 +133,12 @@ async def test_edit_changes_a_reads_path_and_a_writes_content(workspace: Path, t
     (workspace / "a").write_text("from a\n")
     (workspace / "b").write_text("from b\n")
     s = settings_for(
-        workspace, tmp_path, {"read": "/app/a"}, {"write": "/app/c", "content": "old"}, {"done": "x"}, approval=True
+        workspace,
+        tmp_path,
+        {"read": "/app/a"},
+        {"write": "/app/c", "content": "old"},
+        {"done": "x"},
+        session={"approval": True},
     )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
@@ -160,7 +164,7 @@ async def test_edit_changes_a_reads_path_and_a_writes_content(workspace: Path, t
 
 
 async def test_hint_and_take_over(workspace: Path, tmp_path: Path) -> None:
-    s = settings_for(workspace, tmp_path, *[{"bash": "sleep 0.3"}] * 3, {"done": "x"}, repeat_limit=0)
+    s = settings_for(workspace, tmp_path, *[{"bash": "sleep 0.3"}] * 3, {"done": "x"}, session={"repeat_limit": 0})
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("p")
@@ -181,7 +185,7 @@ async def test_a_take_over_while_an_action_waits_for_approval_is_told_queued_and
     workspace: Path, tmp_path: Path
 ) -> None:
     """The taken command shows at once, so it is not typed again and run twice."""
-    s = settings_for(workspace, tmp_path, {"bash": "echo model"}, {"done": "x"}, approval=True)
+    s = settings_for(workspace, tmp_path, {"bash": "echo model"}, {"done": "x"}, session={"approval": True})
     app = live_app(s)
     async with app.run_test(size=SIZE, notifications=True) as pilot:  # (toasts drawn, as a user sees them)
         await wait_for(pilot, lambda: app.pending is not None)
@@ -198,7 +202,9 @@ async def test_a_take_over_while_an_action_waits_for_approval_is_told_queued_and
 
 
 async def test_keys_answer_while_yes_floods(workspace: Path, tmp_path: Path) -> None:
-    s = settings_for(workspace, tmp_path, {"bash": "yes", "timeout": 8}, {"done": "x"}, output_limit=0, spill_limit=0)
+    s = settings_for(
+        workspace, tmp_path, {"bash": "yes", "timeout": 8}, {"done": "x"}, sandbox={"output_limit": 0, "spill_limit": 0}
+    )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "\n  y\n  y" in log_text(app))
@@ -208,7 +214,7 @@ async def test_keys_answer_while_yes_floods(workspace: Path, tmp_path: Path) -> 
         while app.query_one(StatusBar).state != "paused":
             assert time.monotonic() - start < 1.0, "the key was not answered within a second"
             await asyncio.sleep(0.01)
-        assert len(app.query_one(ShellLog).lines) <= s.ui_max_lines
+        assert len(app.query_one(ShellLog).lines) <= s.ui.max_lines
         start = time.monotonic()
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, seconds=15)
@@ -249,7 +255,12 @@ async def test_the_log_follows_while_the_pane_shrinks_and_waits_when_scrolled_up
 ) -> None:
     """Following survives a smaller pane; scrolled up, a marker says output waits; End returns to the end."""
     s = settings_for(
-        workspace, tmp_path, {"bash": "seq 1 300"}, {"bash": "seq 1000 1300"}, {"done": "ok"}, approval=True
+        workspace,
+        tmp_path,
+        {"bash": "seq 1 300"},
+        {"bash": "seq 1000 1300"},
+        {"done": "ok"},
+        session={"approval": True},
     )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
@@ -282,7 +293,7 @@ async def test_the_approval_bar_shows_the_whole_action(workspace: Path, tmp_path
         {"bash": long_command},
         {"write": "/app/notes.md", "content": content},
         {"done": "ok"},
-        approval=True,
+        session={"approval": True},
     )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:
@@ -316,7 +327,7 @@ async def test_every_key_in_every_state(workspace: Path, tmp_path: Path) -> None
         {"bash": "sleep 1"},
         {"bash": "sleep 1.1"},
         {"done": "x"},
-        approval=True,
+        session={"approval": True},
     )
     app = live_app(s)
     steering = {"pause", "approval", "hint", "take_over"}
@@ -372,7 +383,7 @@ async def test_a_start_error_is_shown_whole_and_again_after_quit(
     workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = "/nowhere/" + "a-very-long-folder-name/" * 6 + "model.gguf"
-    s = settings_for(workspace, tmp_path, {"done": "x"}, backend="llama", model_path=missing)
+    s = settings_for(workspace, tmp_path, {"done": "x"}, model={"backend": "llama", "model_path": missing})
     app = live_app(s)
     async with app.run_test(size=(80, 30)) as pilot:
         await wait_for(pilot, lambda: app.ended is not None)
@@ -400,8 +411,7 @@ async def test_w_copies_the_workspace_back_while_the_session_runs(workspace: Pat
         tmp_path,
         {"bash": "echo made > /app/made.txt"},
         *[{"bash": f"sleep 0.2 # {i}"} for i in range(200)],
-        workspace_transfer="archive",
-        sync_seconds=0.0,
+        sandbox={"workspace_transfer": "archive", "sync_seconds": 0.0},
     )
     app = live_app(s)
     async with app.run_test(size=SIZE) as pilot:

@@ -105,7 +105,7 @@ class Bot:
     @property
     def profile(self) -> Any:
         """BROWSING needs the network (the standard profile); the others follow the settings."""
-        return "standard" if self.bot_type is BotType.BROWSING else self.settings.profile
+        return "standard" if self.bot_type is BotType.BROWSING else self.settings.sandbox.profile
 
     def system_prompt(self, tools: Sequence[ToolDefinition]) -> str:
         given = self.environment.permission if self.environment is not None else self.permission
@@ -144,7 +144,7 @@ class Bot:
                 "error", error="timeout must be a finite number of seconds above 0, max_iterations 1 or more"
             )
         env = self.environment or Environment(self.folder, self.permission, self.tools, self.settings, self.profile)
-        llm = self.llm or LLM(self.role, self.settings)
+        llm = self.llm or LLM(self.role, self.settings.model, timeout_cap=self.settings.sandbox.max_exit_timeout)
         self.llm = llm  # the model is loaded once per bot
         try:
             env.start()
@@ -152,7 +152,10 @@ class Bot:
             left = timeout - (time.monotonic() - started)
             if left <= 0:
                 return Outcome("timeout", error=f"starting took longer than the whole timeout ({timeout:g}s)")
-            s = env.sandbox.settings.replace(max_steps=max_iterations, max_seconds=left, approval=False)
+            s = env.settings.replace(
+                sandbox=env.sandbox.settings,
+                session=env.settings.session.replace(max_steps=max_iterations, max_seconds=left, approval=False),
+            )
             return self._session(s, env.sandbox, llm, task, env.tools, lines)
         finally:
             if self.environment is None:

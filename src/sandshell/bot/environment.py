@@ -46,8 +46,12 @@ class Environment:
                 f"permission must be Permission.READ_ONLY or Permission.READ_WRITE, not {permission!r}"
             )
         self.permission = permission
-        self.settings = base.replace(workspace_mode=permission.mode, profile=profile or base.profile)
-        self.folder = Path(folder_to_mount) if folder_to_mount is not None else base.path(base.workspace)
+        self.settings = base.replace(
+            sandbox=base.sandbox.replace(workspace_mode=permission.mode, profile=profile or base.sandbox.profile)
+        )
+        self.folder = (
+            Path(folder_to_mount) if folder_to_mount is not None else base.sandbox.path(base.sandbox.workspace)
+        )
         self.tools = tuple(tools)
         self.sandbox: Sandbox | None = None
         self.image_built: bool | None = None  # with tools: whether this start built their image
@@ -75,13 +79,13 @@ class Environment:
         if not self.folder.is_dir():
             raise SandboxError(f"the folder to mount {self.folder} does not exist; create it or pass another")
         started = time.monotonic()
-        settings = self.settings
+        settings = self.settings.sandbox
         if self.tools and settings.engine == "kubernetes":  # built and pushed beforehand (docs/scaling.md)
             settings = settings.replace(kube_image=cluster_tool_image(settings, self.tools))
         elif self.tools:
             repo, self.image_built = ensure_tool_image(engine.client(), settings, self.tools)
             settings = settings.replace(image=repo)
-        sandbox = Sandbox(workspace=self.folder, settings=settings, log=log.info)
+        sandbox = Sandbox(workspace=self.folder, settings=settings, log=log.info, recording=self.settings.session)
         try:
             sandbox.start()
             self.sandbox = sandbox

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from sandshell import config
-from sandshell.config import Settings
+from sandshell.config import ModelSettings, SandboxSettings
 from sandshell.errors import ModelError
 from sandshell.model import actions
 from sandshell.model.turn import Model, Reply, make_backend
@@ -37,13 +37,15 @@ class LLM:
     def __init__(
         self,
         system_prompt: str,
-        settings: Settings | None = None,
+        settings: ModelSettings | None = None,
         backend: Backend | None = None,
         with_format: bool = True,
+        timeout_cap: float = SandboxSettings().max_exit_timeout,
     ) -> None:
         if not isinstance(system_prompt, str) or not system_prompt.strip():
             raise ModelError("the LLM needs a system prompt (a non-empty string)")
-        self.settings = settings or config.load()
+        self.settings = settings or config.load().model
+        self.timeout_cap = timeout_cap  # the sandbox's SANDSHELL_MAX_EXIT_TIMEOUT: what a command may ask for
         self.backend = backend or make_backend(self.settings)
         self.model = Model(self.backend, self.settings)
         self.system_prompt = system_prompt.strip() + ("\n\n" + FORMAT if with_format else "")
@@ -69,7 +71,7 @@ class LLM:
         if reply.error:
             log.info("the model's answer did not parse: %s", reply.error)
             raise ModelError(f"the model's answer was not a list of actions: {reply.error}")
-        cap = self.settings.max_exit_timeout  # as a session would run it: what is returned is what would run
+        cap = self.timeout_cap  # as a session would run it: what is returned is what would run
         found = [
             dataclasses.replace(a, timeout=cap) if a.timeout is not None and a.timeout > cap else a
             for a in reply.actions

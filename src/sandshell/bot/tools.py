@@ -26,7 +26,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandshellError
 from sandshell.sandbox.image import LABEL, context_hash, ensure_image
 
@@ -80,12 +80,12 @@ def tools_hash(tools: Sequence[ToolDefinition]) -> str:
     return h.hexdigest()[:12]
 
 
-def tool_image_repo(settings: Settings, tools: Sequence[ToolDefinition]) -> str:
+def tool_image_repo(settings: SandboxSettings, tools: Sequence[ToolDefinition]) -> str:
     """The repository of the tool image; its tag is the sandbox image's (a hash of what builds it)."""
     return f"{settings.image}-tools-{tools_hash(tools)}"
 
 
-def cluster_tool_image(settings: Settings, tools: Sequence[ToolDefinition]) -> str:
+def cluster_tool_image(settings: SandboxSettings, tools: Sequence[ToolDefinition]) -> str:
     """The tool image as a cluster pulls it: SANDSHELL_KUBE_IMAGE's repository with the tools' suffix,
     and its tag (`docker tag` and `docker push` the locally built tool image there)."""
     repo, _, tag = settings.kube_image.rpartition(":")
@@ -111,7 +111,7 @@ def dockerfile(base: str, tools: Sequence[ToolDefinition]) -> str:
 
 
 def ensure_tool_image(
-    client: docker.DockerClient, settings: Settings, tools: Sequence[ToolDefinition]
+    client: docker.DockerClient, settings: SandboxSettings, tools: Sequence[ToolDefinition]
 ) -> tuple[str, bool]:
     """The tool image's repository (a settings `image` value) and whether it was built now."""
     if len(tools) > MAX_TOOLS:
@@ -135,7 +135,7 @@ def ensure_tool_image(
 
 def _build(
     client: docker.DockerClient,
-    settings: Settings,
+    settings: SandboxSettings,
     text: str,
     tag: str,
     tools: Sequence[ToolDefinition],

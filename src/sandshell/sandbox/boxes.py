@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.resources import command
 from sandshell.sandbox import engine, kube
@@ -20,7 +20,7 @@ from sandshell.sandbox.pods import Pod, needs_image
 Log = Callable[[str], None]
 
 
-def check_workspace(workspace: Path, settings: Settings) -> None:
+def check_workspace(workspace: Path, settings: SandboxSettings) -> None:
     """One sentence when `workspace` cannot go to /app. Reset is advised only for the folder it lays
     out (the settings' own workspace), never for a folder named elsewhere."""
     if workspace.is_dir():
@@ -33,7 +33,7 @@ def check_workspace(workspace: Path, settings: Settings) -> None:
 
 
 def start_container(
-    client: Any, settings: Settings, workspace: Path, session_id: str, log: Log
+    client: Any, settings: SandboxSettings, workspace: Path, session_id: str, log: Log, quarantine_dir: Path
 ) -> tuple[Any, ContainerSpec, Any, Connection]:
     """(client, spec, container, connection) of a new session's container (the client made, and
     what crashed sessions left reaped, on first use)."""
@@ -43,13 +43,13 @@ def start_container(
             log(f"removed a leftover container {name}")
     check_workspace(workspace, settings)
     image = ensure_image(client, settings, log)
-    spec = ContainerSpec.for_session(settings, workspace, session_id, image, log)
+    spec = ContainerSpec.for_session(settings, workspace, session_id, image, log, quarantine_dir)
     container = create_container(client, spec)
     return client, spec, container, AttachConnection(client.api, container.id)
 
 
 def start_pod(
-    cluster: Any, settings: Settings, workspace: Path, session_id: str, log: Log
+    cluster: Any, settings: SandboxSettings, workspace: Path, session_id: str, log: Log
 ) -> tuple[Any, Pod, Connection]:
     """(cluster, pod, connection) of a new session's pod, placed by the cluster's scheduler and running."""
     needs_image(settings)  # before the cluster is asked anything

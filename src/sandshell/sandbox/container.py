@@ -14,7 +14,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.resources import command
 from sandshell.sandbox import network, quarantine
@@ -33,15 +33,29 @@ class ContainerSpec:
     session_id: str
     image: str
     workspace: Path
-    settings: Settings
+    settings: SandboxSettings
+    quarantine_dir: Path  # where what the model left for host tools is moved, at the end
     log: Callable[[str], None] = lambda _m: None
     snapshot: quarantine.Snapshot | None = None  # what host tools may run from an rw workspace, as it was before
 
     @classmethod
     def for_session(
-        cls, settings: Settings, workspace: Path, session_id: str, image: str, log: Callable[[str], None]
+        cls,
+        settings: SandboxSettings,
+        workspace: Path,
+        session_id: str,
+        image: str,
+        log: Callable[[str], None],
+        quarantine_dir: Path,
     ) -> ContainerSpec:
-        spec = cls(session_id=session_id, image=image, workspace=workspace.resolve(), settings=settings, log=log)
+        spec = cls(
+            session_id=session_id,
+            image=image,
+            workspace=workspace.resolve(),
+            settings=settings,
+            quarantine_dir=quarantine_dir,
+            log=log,
+        )
         if settings.workspace_mode == "rw":
             spec.snapshot = quarantine.Snapshot.take(spec.workspace, time.time(), contents=spec.archive)
         return spec
@@ -213,5 +227,4 @@ def remove_container(client: docker.DockerClient, container: Any, spec: Containe
     if spec is not None and spec.network is not None:
         network.remove(client, spec.network)
     if spec is not None and spec.snapshot is not None:
-        folder = spec.settings.path(spec.settings.sessions_dir) / spec.session_id / "quarantine"
-        spec.snapshot = quarantine.settle(spec.snapshot, folder, spec.log, contents=spec.archive)
+        spec.snapshot = quarantine.settle(spec.snapshot, spec.quarantine_dir, spec.log, contents=spec.archive)

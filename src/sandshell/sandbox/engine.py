@@ -17,7 +17,7 @@ import docker.utils
 import requests.exceptions
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import DockerUnavailable
 from sandshell.sandbox import sshengine
 
@@ -26,7 +26,7 @@ PID_LABEL = "sandshell.pid"
 HOST_LABEL = "sandshell.host"
 
 
-def client(settings: Settings | None = None) -> docker.DockerClient:
+def client(settings: SandboxSettings | None = None) -> docker.DockerClient:
     """A Docker client for the configured engine that has answered a ping, or DockerUnavailable with what to do."""
     host = settings.docker_host if settings is not None else ""
     where = host or os.environ.get("DOCKER_HOST") or "the local Docker socket"
@@ -46,7 +46,7 @@ def client(settings: Settings | None = None) -> docker.DockerClient:
         ) from None
 
 
-def _kwargs(settings: Settings | None) -> dict[str, Any]:
+def _kwargs(settings: SandboxSettings | None) -> dict[str, Any]:
     """docker-py's base_url and tls for the configured engine (SANDSHELL_DOCKER_HOST, else DOCKER_HOST and friends)."""
     host = settings.docker_host if settings is not None else ""
     if host:
@@ -87,7 +87,7 @@ def _connect(kwargs: dict[str, Any], timeout: int = 60) -> docker.DockerClient:
     return c
 
 
-def local_client(remote: Settings) -> docker.DockerClient:
+def local_client(remote: SandboxSettings) -> docker.DockerClient:
     """Another engine to build the image on for a remote one: the user's own (DOCKER_HOST, else the
     docker context in use, else the default socket or a rootless one). DockerUnavailable if none answers."""
     far = (remote.docker_host or os.environ.get("DOCKER_HOST", "")).removeprefix("http+")
@@ -141,13 +141,13 @@ def _tls(folder: str) -> docker.tls.TLSConfig:
     )
 
 
-def least_loaded(settings: Settings) -> Settings:
+def least_loaded(settings: SandboxSettings) -> SandboxSettings:
     """The settings for the engine of SANDSHELL_DOCKER_HOSTS running the fewest sessions (an engine that
     does not answer is passed over); the settings as they are when the list is empty."""
     if settings.engine == "kubernetes":  # the cluster's scheduler places pods: no list of engines to weigh
         return settings
     hosts = [h.strip() for h in settings.docker_hosts.split(",") if h.strip()]
-    best: tuple[int, Settings] | None = None
+    best: tuple[int, SandboxSettings] | None = None
     failed = []
     for host in hosts:
         candidate = settings.replace(docker_host=host)
@@ -170,13 +170,13 @@ def least_loaded(settings: Settings) -> Settings:
     return best[1] if best is not None else settings
 
 
-def is_local(settings: Settings) -> bool:
+def is_local(settings: SandboxSettings) -> bool:
     """Whether the engine shares this machine's filesystem (a unix socket), so the workspace can be mounted."""
     host = settings.docker_host or os.environ.get("DOCKER_HOST", "")
     return host == "" or host.startswith("unix://")
 
 
-def archive_transfer(settings: Settings) -> bool:
+def archive_transfer(settings: SandboxSettings) -> bool:
     """Whether the workspace goes in (and comes back) through the engine's API instead of a mount."""
     if settings.engine == "kubernetes":  # no Docker API there: the workspace goes through the agent
         return False
@@ -184,7 +184,7 @@ def archive_transfer(settings: Settings) -> bool:
     return mode == "archive" or (mode == "auto" and not is_local(settings))
 
 
-def copies_back(settings: Settings) -> bool:
+def copies_back(settings: SandboxSettings) -> bool:
     """Whether /app is copied back into the host folder (archive transfer in rw mode)."""
     return settings.workspace_mode == "rw" and archive_transfer(settings)
 

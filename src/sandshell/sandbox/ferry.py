@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.sandbox.transfer import TAR_SLACK, unpack_into
 
@@ -128,7 +128,7 @@ class Sync:
     """When /app comes back from a pod (rw mode): at the end, when asked, and after an action once
     SANDSHELL_SYNC_SECONDS passed since the last copy. The same calls as `transfer.Sync`."""
 
-    def __init__(self, workspace: Path, settings: Settings, log: Callable[[str], None], ask: Ask) -> None:
+    def __init__(self, workspace: Path, settings: SandboxSettings, log: Callable[[str], None], ask: Ask) -> None:
         self.workspace, self.settings, self.log, self.ask = workspace, settings, log, ask
         self.last = time.monotonic()
 

@@ -16,7 +16,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import DockerUnavailable, ImageError
 from sandshell.resources import agent_dir, command, container_dir
 from sandshell.sandbox.engine import is_local, local_client
@@ -130,7 +130,7 @@ def _last_line(path: Path) -> str:
     return lines[-1][:90] if lines else ""
 
 
-def resolve_base(client: docker.DockerClient, settings: Settings, log: Log, log_file: Path) -> str:
+def resolve_base(client: docker.DockerClient, settings: SandboxSettings, log: Log, log_file: Path) -> str:
     """The base image to build on: the configured one, or (auto) a local bootstrap, a pull, or a new bootstrap."""
     wanted = settings.base_image
     if wanted != "auto":
@@ -148,7 +148,7 @@ def resolve_base(client: docker.DockerClient, settings: Settings, log: Log, log_
     return local
 
 
-def ensure_image(client: docker.DockerClient, settings: Settings, log: Log = lambda _m: None) -> str:
+def ensure_image(client: docker.DockerClient, settings: SandboxSettings, log: Log = lambda _m: None) -> str:
     """Return the tag of an up-to-date sandbox image, building it (and its base) if needed. A remote
     engine gets the image built here, streamed to it (`docker save | docker load`)."""
     tag = f"{settings.image}:{context_hash()}"
@@ -159,7 +159,7 @@ def ensure_image(client: docker.DockerClient, settings: Settings, log: Log = lam
     return _build(client, tag, settings, log)
 
 
-def _load_from_local(remote: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
+def _load_from_local(remote: docker.DockerClient, tag: str, settings: SandboxSettings, log: Log) -> str:
     try:
         local = local_client(settings)
     except DockerUnavailable as e:
@@ -254,7 +254,7 @@ def compile_agent(folder: Path, log: Log) -> bool:
     return True
 
 
-def _build(client: docker.DockerClient, tag: str, settings: Settings, log: Log) -> str:
+def _build(client: docker.DockerClient, tag: str, settings: SandboxSettings, log: Log) -> str:
     log_file = settings.path(".cache/logs/image-build.log")
     base = resolve_base(client, settings, log, log_file)
     log(f"building the sandbox image {tag} on {base}...")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import ClusterUnavailable, SandboxError, SandshellError
 from sandshell.sandbox.engine import LABEL
 from sandshell.sandbox.podspec import SERVER_LABEL, server_id
@@ -36,7 +36,7 @@ def _client() -> Any:
 class Cluster:
     """One connection to a cluster's API server, in one namespace."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SandboxSettings) -> None:
         k8s = _client()
         self.k8s = k8s
         self.configuration = k8s.client.Configuration()

@@ -12,7 +12,7 @@ import contextlib
 import time
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.sandbox import podspec
 from sandshell.sandbox.connection import Connection
@@ -23,7 +23,7 @@ from sandshell.sandbox.wsattach import PodAttachConnection
 class Pod:
     """One session's pod (`id` and `name` are the pod's name)."""
 
-    def __init__(self, cluster: Cluster, settings: Settings, session_id: str) -> None:
+    def __init__(self, cluster: Cluster, settings: SandboxSettings, session_id: str) -> None:
         self.cluster, self.settings, self.session_id = cluster, settings, session_id
         self.name = self.id = podspec.pod_name(session_id)
         self.policy = settings.profile == "locked"
@@ -118,7 +118,7 @@ class Pod:
             self.cluster.delete(self.name, policy=self.policy)
 
 
-def needs_image(settings: Settings) -> str:
+def needs_image(settings: SandboxSettings) -> str:
     """SANDSHELL_KUBE_IMAGE, or SandboxError saying it is needed."""
     if not settings.kube_image:
         raise SandboxError(

@@ -16,7 +16,7 @@ import os
 import socket
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.sandbox.container import STANDARD_CAPS
 from sandshell.sandbox.engine import LABEL
@@ -60,7 +60,7 @@ def _quantity(memory: str) -> str:
     raise SandboxError(f"SANDSHELL_MEMORY={memory!r} is not a size a pod takes; write it as 2g, 512m or bytes")
 
 
-def environment(settings: Settings, uid: int) -> list[dict[str, str]]:
+def environment(settings: SandboxSettings, uid: int) -> list[dict[str, str]]:
     s = settings
     limits = (s.file_limit, s.workspace_limit, s.scratch_limit)
     env = {
@@ -84,7 +84,7 @@ def environment(settings: Settings, uid: int) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
-def pod(settings: Settings, session_id: str, image: str) -> dict[str, Any]:
+def pod(settings: SandboxSettings, session_id: str, image: str) -> dict[str, Any]:
     """The pod of one session."""
     s = settings
     locked = s.profile == "locked"

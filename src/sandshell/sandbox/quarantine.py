@@ -30,7 +30,7 @@ from pathlib import Path
 
 import docker.types
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.safe_text import visible
 from sandshell.sandbox import gitconfig
 
@@ -240,7 +240,7 @@ def _named(rel: Path) -> str:
     return visible(str(rel)).replace("\n", "\\n").replace("\t", "\\t")
 
 
-def git_mounts(workspace: Path, settings: Settings, archive: bool) -> list[docker.types.Mount]:
+def git_mounts(workspace: Path, settings: SandboxSettings, archive: bool) -> list[docker.types.Mount]:
     """The workspace's own .git, read-only unless SANDSHELL_GIT_WRITE: git on the host runs what its
     config and hooks name, so the model may not write them (what it makes elsewhere is `scan`ned)."""
     git = workspace / ".git"

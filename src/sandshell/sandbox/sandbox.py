@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings, SessionSettings
 from sandshell.errors import ProtocolError, SandboxDied, SandboxError
 from sandshell.sandbox import boxes, delta, engine, ferry, transfer
 from sandshell.sandbox.connection import Connection, ConnectionLost
@@ -33,15 +33,19 @@ class Sandbox:
     def __init__(
         self,
         workspace: str | Path | None = None,
-        settings: Settings | None = None,
+        settings: SandboxSettings | None = None,
         session_id: str | None = None,
         log: Callable[[str], None] = lambda _m: None,
+        recording: SessionSettings | None = None,
     ) -> None:
         from sandshell import config
 
-        self.settings = settings or config.load()  # (a relative workspace is in SANDSHELL_HOME, as all paths)
+        self.settings = settings or config.load().sandbox  # (a relative workspace is in SANDSHELL_HOME, as all paths)
         self.workspace = self.settings.path(str(workspace if workspace is not None else self.settings.workspace))
         self.session_id, self.log = session_id or engine.new_session_id(), log
+        # What the model left for host tools goes beside the session's recording.
+        recording = recording or SessionSettings(home=self.settings.home)
+        self.quarantine = recording.path(recording.sessions_dir) / self.session_id / "quarantine"
         self.container: Any = None
         self.conn: Connection | None = None
         self.hello: dict[str, Any] = {}
@@ -73,7 +77,7 @@ class Sandbox:
             self._sync = ferry.Sync(self.workspace, self.settings, self.log, self._ask)
         else:
             self._docker, self._spec, self.container, self.conn = boxes.start_container(
-                self._docker, self.settings, self.workspace, self.session_id, self.log
+                self._docker, self.settings, self.workspace, self.session_id, self.log, self.quarantine
             )
         self._connect(resume=None, wait=15.0)
         self._sync.begin()  # /app as it came in, before the model touches it

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import docker.errors
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.sandbox import delta, hosttree, untar
 from sandshell.sandbox.engine import copies_back
@@ -182,7 +182,7 @@ class Sync:
     everything otherwise."""
 
     def __init__(
-        self, workspace: Path, settings: Settings, log: Callable[[str], None], lister: Callable[[], bytes | None]
+        self, workspace: Path, settings: SandboxSettings, log: Callable[[str], None], lister: Callable[[], bytes | None]
     ) -> None:
         """`lister` asks the agent for /app's listing (None when it cannot: the full copy follows)."""
         self.workspace, self.settings, self.log, self.lister = workspace, settings, log, lister

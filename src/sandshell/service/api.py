@@ -138,7 +138,7 @@ def create_app(service: Service) -> FastAPI:
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
     )
-    app.add_middleware(BodyLimit, limit=service.settings.api_body_limit)
+    app.add_middleware(BodyLimit, limit=service.settings.service.api_body_limit)
     app.add_middleware(Head)
     app.add_middleware(Framing)
     app.add_middleware(LeftEarly)
@@ -190,14 +190,14 @@ def create_app(service: Service) -> FastAPI:
     )
     def create_task(body: TaskRequest) -> dict[str, Any]:
         """Queue a task; it starts when one of the server's SANDSHELL_MAX_SESSIONS workers is free."""
-        if body.script is not None and service.settings.backend != "script":
+        if body.script is not None and service.settings.model.backend != "script":
             raise HTTPException(422, "a task may carry a script only when the server runs LLAMA_BACKEND=script")
-        most = service.settings.max_tokens  # (a task's config.json past it: refused inside, every turn)
+        most = service.settings.model.max_tokens  # (a task's config.json past it: refused inside, every turn)
         if body.model is not None and body.model.max_tokens is not None and body.model.max_tokens > most:
             raise HTTPException(422, f"model.max_tokens may be at most {most} (the server's LLAMA_MAX_TOKENS)")
         request = body.model_dump(exclude={"goal"}, exclude_none=True)
         try:
-            request["profile"] = profiles.choose(service.settings, body.profile)
+            request["profile"] = profiles.choose(service.settings.service, service.settings.sandbox, body.profile)
             record = service.manager.submit(body.goal, request)
         except profiles.Forbidden as e:
             raise HTTPException(403, str(e)) from None
@@ -284,12 +284,16 @@ def create_app(service: Service) -> FastAPI:
     )
     def chat(body: ChatRequest) -> dict[str, Any]:
         """One message to a conversation (a new one without `conversation_id`); answers when the model has acted."""
-        if body.script is not None and service.settings.backend != "script":
+        if body.script is not None and service.settings.model.backend != "script":
             raise HTTPException(422, "a chat may carry a script only when the server runs LLAMA_BACKEND=script")
         script = None if body.script is None else [s if isinstance(s, str) else _json(s) for s in body.script]
         try:
             new = body.conversation_id is None  # a new conversation gets the default profile when it names none
-            profile = profiles.choose(service.settings, body.profile) if new or body.profile else None
+            profile = (
+                profiles.choose(service.settings.service, service.settings.sandbox, body.profile)
+                if new or body.profile
+                else None
+            )
             return service.conversations.say(body.message, body.conversation_id, script, profile)
         except profiles.Forbidden as e:
             raise HTTPException(403, str(e)) from None

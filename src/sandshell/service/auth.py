@@ -22,22 +22,22 @@ import threading
 import time
 from pathlib import Path
 
-from sandshell.config import Settings
+from sandshell.config import ServiceSettings, SessionSettings
 from sandshell.errors import SandshellError
 
 SIGN_IN_SECONDS = 30 * 24 * 3600  # a sign-in lasts a month in that browser
 MAX_SIGN_INS = 200  # kept at once; the oldest goes first
 
 
-def token_file(settings: Settings) -> Path:
-    return settings.path(settings.sessions_dir) / ".service" / "api-token"
+def token_file(session: SessionSettings) -> Path:
+    return session.path(session.sessions_dir) / ".service" / "api-token"
 
 
-def load_token(settings: Settings) -> tuple[str, bool]:
+def load_token(service: ServiceSettings, session: SessionSettings) -> tuple[str, bool]:
     """(the token, whether it was made just now)."""
-    if settings.api_token:
-        return settings.api_token, False
-    path = token_file(settings)
+    if service.api_token:
+        return service.api_token, False
+    path = token_file(session)
     try:
         if path.is_file():
             token = path.read_text(encoding="ascii").strip()
@@ -84,9 +84,9 @@ def refusal(authorization: str | None, cookie: str | None) -> str:
     return "a bearer token is needed (Authorization: Bearer <token>)"
 
 
-def cookie_name(settings: Settings, port: int | None) -> str:
+def cookie_name(session: SessionSettings, port: int | None) -> str:
     """The sign-in cookie's name for this server: its port and its sessions folder in it."""
-    folder = str(settings.path(settings.sessions_dir).resolve())
+    folder = str(session.path(session.sessions_dir).resolve())
     instance = hashlib.sha256(folder.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return f"sandshell-{port}-{instance}" if port else f"sandshell-{instance}"
 

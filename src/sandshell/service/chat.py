@@ -115,9 +115,9 @@ class Conversations:
     ) -> dict[str, Any]:
         """One turn; `profile` (checked by the caller) is the new conversation's, or must be the open one's."""
         convo = self._get(conversation_id) if conversation_id else self._start(script, profile)
-        if profile is not None and convo.session.settings.profile != profile:
+        if profile is not None and convo.session.settings.sandbox.profile != profile:
             raise ProfileMismatch(
-                f"conversation {convo.id!r} runs the {convo.session.settings.profile} profile; "
+                f"conversation {convo.id!r} runs the {convo.session.settings.sandbox.profile} profile; "
                 "start a new conversation for another"
             )
         if not convo.lock.acquire(blocking=False):
@@ -141,14 +141,14 @@ class Conversations:
     def _start(self, script: list[str] | None, profile: str | None) -> Conversation:
         self.reap()
         with self._lock:
-            if len(self.open) >= self.settings.max_conversations:
+            if len(self.open) >= self.settings.service.max_conversations:
                 raise Busy(
                     f"{len(self.open)} conversations are open (SANDSHELL_MAX_CONVERSATIONS); end one with DELETE first"
                 )
             conv_id = self.store.new_folder()
             self.open[conv_id] = None  # type: ignore[assignment]  # holds its place while the sandbox starts
         try:
-            return self._open(conv_id, script, profile or self.settings.profile)
+            return self._open(conv_id, script, profile or self.settings.sandbox.profile)
         except BaseException:
             with self._lock:
                 self.open.pop(conv_id, None)
@@ -156,9 +156,12 @@ class Conversations:
 
     def _open(self, conv_id: str, script: list[str] | None, profile: str) -> Conversation:
         folder = self.store.folder(conv_id)
-        sessions = str(self.settings.path(self.settings.sessions_dir))
-        s = engine.least_loaded(self.settings).replace(
-            workspace=str(folder / "workspace"), intro=False, approval=False, sessions_dir=sessions, profile=profile
+        base = self.settings
+        sessions = str(base.session.path(base.session.sessions_dir))
+        s = base.replace(
+            sandbox=engine.least_loaded(base.sandbox).replace(workspace=str(folder / "workspace"), profile=profile),
+            model=base.model.replace(intro=False),
+            session=base.session.replace(approval=False, sessions_dir=sessions),
         )
         init_workspace(s)
         control = Control()
@@ -197,7 +200,7 @@ class Conversations:
 
     def reap(self) -> list[str]:
         """End the conversations idle for longer than SANDSHELL_CONVERSATION_IDLE."""
-        limit = self.settings.conversation_idle
+        limit = self.settings.service.conversation_idle
         now = time.monotonic()
         with self._lock:
             idle = [c for c in self.open.values() if c is not None and not c.lock.locked() and now - c.used > limit]

@@ -29,15 +29,15 @@ class Service:
 
     def __init__(self, settings: Settings, log: Any = say, port: int | None = None) -> None:
         self.settings = settings
-        self.token, made = load_token(settings)
+        self.token, made = load_token(settings.service, settings.session)
         self.token_made = made
-        self.cookie = cookie_name(settings, port)
-        self.sign_ins = SignIns(token_file(settings).parent / "sign-ins", self.token)
-        self.store = Store(settings.path(settings.sessions_dir))
+        self.cookie = cookie_name(settings.session, port)
+        self.sign_ins = SignIns(token_file(settings.session).parent / "sign-ins", self.token)
+        self.store = Store(settings.path(settings.session.sessions_dir))
         self.feeds = Feeds()
         for name in engine.reap(engine.client()):
             log(f"removed leftover container {name}")
-        self.models = Models(settings, say=log)
+        self.models = Models(settings.model, settings.service, say=log)
         self.manager = TaskManager(settings, self.store, self.models, self.feeds.notify)
         self.conversations = Conversations(settings, self.store, self.models, self.feeds.notify)
         self.streams = Slots(MAX_STREAMS)
@@ -54,7 +54,7 @@ class Service:
         self.manager.stop()
 
     def _reap_idle(self) -> None:
-        every = min(REAP_EVERY, max(0.5, self.settings.conversation_idle / 4))
+        every = min(REAP_EVERY, max(0.5, self.settings.service.conversation_idle / 4))
         while not self._stop.wait(every):
             self.conversations.reap()
 
@@ -62,7 +62,7 @@ class Service:
         return {
             "status": "ok",
             "backend": self.models.description,
-            "profiles": list(profiles.offered(self.settings)),
+            "profiles": list(profiles.offered(self.settings.service)),
             **self.manager.counts(),
             "conversations": self.conversations.count(),
             "generations": self.models.load(),

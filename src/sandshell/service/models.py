@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from sandshell.config import Settings
+from sandshell.config import ModelSettings, ServiceSettings
 from sandshell.errors import ModelError
 from sandshell.model.script import ScriptBackend
 from sandshell.model.turn import make_backend
@@ -108,19 +108,19 @@ class GatedBackend:
 class Models:
     """The server's model: loaded once at start, lent to each session through `backend_for`."""
 
-    def __init__(self, settings: Settings, say: Any = None) -> None:
-        self.settings = settings
+    def __init__(self, model: ModelSettings, service: ServiceSettings, say: Any = None) -> None:
+        self.settings = model
         self.shared: Backend | None = None
         self.slots = 0  # openai: slots to pin sessions to (0: the server does not say)
         self._use: Counter[int] = Counter()
         self._lock = threading.Lock()
-        if settings.backend == "openai":
-            wait_for_health(settings.openai_base_url, say=say)
-        if settings.backend != "script":
-            self.shared = make_backend(settings)
+        if model.backend == "openai":
+            wait_for_health(model.openai_base_url, say=say)
+        if model.backend != "script":
+            self.shared = make_backend(model)
         width = 1
-        if settings.backend == "openai":
-            self.slots = settings.openai_slots or _served_slots(settings.openai_base_url)
+        if model.backend == "openai":
+            self.slots = service.openai_slots or _served_slots(model.openai_base_url)
             width = max(1, self.slots)
         self.gate = FairGate(width)
 

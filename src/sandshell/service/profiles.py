@@ -7,7 +7,7 @@ A request that names no profile gets SANDSHELL_PROFILE when it is offered, else 
 
 from __future__ import annotations
 
-from sandshell.config import Settings
+from sandshell.config import SandboxSettings, ServiceSettings
 from sandshell.errors import SandshellError
 
 PROFILES = ("standard", "locked")
@@ -17,16 +17,16 @@ class Forbidden(SandshellError):
     """A request for a profile the server does not offer to API clients."""
 
 
-def offered(settings: Settings) -> tuple[str, ...]:
+def offered(service: ServiceSettings) -> tuple[str, ...]:
     """The profiles of SANDSHELL_API_PROFILES, in its order (the settings were checked at load)."""
-    return tuple(dict.fromkeys(p.strip() for p in settings.api_profiles.split(",") if p.strip()))
+    return tuple(dict.fromkeys(p.strip() for p in service.api_profiles.split(",") if p.strip()))
 
 
-def choose(settings: Settings, asked: str | None) -> str:
+def choose(service: ServiceSettings, sandbox: SandboxSettings, asked: str | None) -> str:
     """The profile a task or conversation runs with; Forbidden (one sentence) when it is not offered."""
-    allowed = offered(settings)
+    allowed = offered(service)
     if asked is None:
-        return settings.profile if settings.profile in allowed else allowed[0]
+        return sandbox.profile if sandbox.profile in allowed else allowed[0]
     if asked not in allowed:
         raise Forbidden(
             f"the profile {asked!r} is not offered to API clients: the server's SANDSHELL_API_PROFILES "

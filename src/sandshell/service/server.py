@@ -35,19 +35,20 @@ def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None =
     with contextlib.ExitStack() as held:  # (the sockets and the claim let go of on every way out)
         listeners = listen(host, port)
         held.callback(_close, listeners)
-        held.enter_context(claim_sessions(s.path(s.sessions_dir)))  # (held while this process lives)
+        held.enter_context(claim_sessions(s.path(s.session.sessions_dir)))  # (held while this process lives)
         service = Service(s, port=port)
         shown = "localhost" if host in ("0.0.0.0", "::") else host
         url = f"http://{shown}:{port}"
         if service.token_made:
-            say(f"made an API token, kept in {token_file(s)} (mode 0600); it is shown this once:")
+            say(f"made an API token, kept in {token_file(s.session)} (mode 0600); it is shown this once:")
             say(f"  {service.token}")
             say(f"web view: {url}/?token={service.token}")
         else:
-            where = "SANDSHELL_API_TOKEN" if s.api_token else str(token_file(s))
+            where = "SANDSHELL_API_TOKEN" if s.service.api_token else str(token_file(s.session))
             say(f"web view: {url}/?token=<the token in {where}>")
+        most = s.service.max_sessions
         say(
-            f"API at {url}/v1 (docs at {url}/docs); {s.max_sessions} task{'' if s.max_sessions == 1 else 's'} at once;"
+            f"API at {url}/v1 (docs at {url}/docs); {most} task{'' if most == 1 else 's'} at once;"
             f" model: {service.models.description}"
         )
         server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=5))

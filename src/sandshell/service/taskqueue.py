@@ -67,18 +67,21 @@ def place(settings: Settings, record: TaskRecord) -> Settings:
     settings, on the engine of SANDSHELL_DOCKER_HOSTS running the fewest sessions (or the one
     configured when that list is empty; an engine elsewhere gets the workspace as a copy)."""
     req = record.request
-    s = engine.least_loaded(settings).replace(
-        workspace=str(settings.path(settings.sessions_dir) / record.id / "workspace"),
-        sessions_dir=str(settings.path(settings.sessions_dir)),
-        workspace_mode=req.get("workspace_mode") or settings.workspace_mode,
-        profile=req.get("profile") or settings.profile,
+    sessions = settings.session.path(settings.session.sessions_dir)
+    s = settings.replace(
+        sandbox=engine.least_loaded(settings.sandbox).replace(
+            workspace=str(sessions / record.id / "workspace"),
+            workspace_mode=req.get("workspace_mode") or settings.sandbox.workspace_mode,
+            profile=req.get("profile") or settings.sandbox.profile,
+        ),
+        session=settings.session.replace(sessions_dir=str(sessions)),
     )
     model = req.get("model") or {}
     if model:
         sampling = {k: v for k, v in model.items() if k != "max_tokens" and v is not None}
-        s = s.replace(sampling={**s.sampling, **sampling})
+        s = s.replace(model=s.model.replace(sampling={**s.model.sampling, **sampling}))
         if model.get("max_tokens"):
-            s = s.replace(max_tokens=min(int(model["max_tokens"]), settings.max_tokens))
+            s = s.replace(model=s.model.replace(max_tokens=min(int(model["max_tokens"]), settings.model.max_tokens)))
     return s
 
 
@@ -101,7 +104,7 @@ class TaskManager:
         self._stopping = False
         self._workers = [
             threading.Thread(target=self._work, name=f"sandshell-task-{i}", daemon=True)
-            for i in range(settings.max_sessions)
+            for i in range(settings.service.max_sessions)
         ]
 
     def start(self) -> None:
@@ -118,7 +121,13 @@ class TaskManager:
         task_id = self.store.new_folder()
         record = TaskRecord(task_id, goal, request, created=time.time())
         folder = self.store.folder(task_id)
-        init_workspace(self.settings.replace(workspace=str(folder / "workspace"), default_goal=goal))
+        s = self.settings
+        init_workspace(
+            s.replace(
+                sandbox=s.sandbox.replace(workspace=str(folder / "workspace")),
+                session=s.session.replace(default_goal=goal),
+            )
+        )
         chosen = {k: v for k, v in (request.get("model") or {}).items() if v is not None}
         if chosen:  # the model's own settings start as the task chose (the model may still change them)
             starter = json.dumps({**STARTER, **chosen}, indent=2) + "\n"

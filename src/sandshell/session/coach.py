@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
-from sandshell.config import Settings
+from sandshell.config import ModelSettings
 from sandshell.errors import SandshellError
 from sandshell.model.actions import Action
 from sandshell.model.context import Step, Turn
@@ -38,7 +38,7 @@ UNSET = -1e9
 class Coach:
     """What the settings ask for, around one session's loop."""
 
-    def __init__(self, settings: Settings, sandbox: SandboxLike, goal: Callable[[], str]) -> None:
+    def __init__(self, settings: ModelSettings, sandbox: SandboxLike, goal: Callable[[], str]) -> None:
         self.settings = settings
         self.sandbox = sandbox
         self.goal = goal

@@ -60,14 +60,17 @@ class Lifecycle:
             return
         self.began, self.started = True, time.monotonic()
         s = self.settings
-        emit_all(self.sinks, ev.SessionStarted(self.session_id, model, s.profile, s.workspace, public_settings(s)))
+        emit_all(
+            self.sinks,
+            ev.SessionStarted(self.session_id, model, s.sandbox.profile, s.sandbox.workspace, public_settings(s)),
+        )
 
     def end(self, outcome: Outcome, before: Callable[[], None] = lambda: None) -> Outcome:
         """Emit the end (once; a later call returns the first ending); `before` runs first, if this ends it."""
         if self.outcome is not None:
             return self.outcome
         if not self.began:
-            self.begin(self.settings.backend)
+            self.begin(self.settings.model.backend)
         self.outcome = outcome
         try:
             before()
@@ -102,21 +105,21 @@ class Session(Generic[S]):
         self.sandbox = sandbox
         self.model = model
         self.sinks = sinks
-        self.control = control or Control(approval=settings.approval)
+        self.control = control or Control(approval=settings.session.approval)
         self.session_id = session_id
         self.goal_override = goal
         self.world = world or ModelWorld(settings, goal)
         self.life = lifecycle or Lifecycle(sinks, session_id, settings)
         self.folder = folder  # where it is recorded, if it is
-        self.coach = Coach(settings, sandbox, lambda: self.world.last.get("goal", ""))
+        self.coach = Coach(settings.model, sandbox, lambda: self.world.last.get("goal", ""))
         self.opening = f"Begin. The shell is ready: {OPENING_PROMPT}"  # fixed within a session: the cache holds
         backend = model.backend
         self.context = Context(
             backend.n_ctx,
-            settings.max_tokens,
-            settings.context_margin,
+            settings.model.max_tokens,
+            settings.model.context_margin,
             backend.count,
-            observation_tokens=settings.observation_tokens,
+            observation_tokens=settings.model.observation_tokens,
         )
         self.turns = 0
         self.prompt_line = "0 root@sandbox:/app #"
@@ -154,7 +157,7 @@ class Session(Generic[S]):
         """Run until done, a limit, a stuck model, quit or a failure; never raises."""
         try:
             self.begin()
-            if self.settings.intro:
+            if self.settings.model.intro:
                 self._intro()
             outcome = self._loop()
         except (Exception, KeyboardInterrupt) as e:
@@ -192,16 +195,16 @@ class Session(Generic[S]):
 
     def _limit_reached(self) -> Outcome | None:
         s = self.settings
-        if s.max_steps and self.turns >= s.max_steps:
-            return Outcome("max_steps", error=f"the step limit ({s.max_steps}) was reached before the goal")
-        if s.max_seconds and time.monotonic() - self.started >= s.max_seconds:
-            return Outcome("timeout", error=f"the time limit ({s.max_seconds:g}s) was reached before the goal")
-        if s.repeat_limit and self.repeats.most() >= s.repeat_limit:
-            what = self.repeats.what(s.repeat_limit)
+        if s.session.max_steps and self.turns >= s.session.max_steps:
+            return Outcome("max_steps", error=f"the step limit ({s.session.max_steps}) was reached before the goal")
+        if s.session.max_seconds and time.monotonic() - self.started >= s.session.max_seconds:
+            return Outcome("timeout", error=f"the time limit ({s.session.max_seconds:g}s) was reached before the goal")
+        if s.session.repeat_limit and self.repeats.most() >= s.session.repeat_limit:
+            what = self.repeats.what(s.session.repeat_limit)
             if self.coach.nudged(self._tell, f"the same {what}"):
                 self.repeats.forget()
                 return None
-            return Outcome("stuck", error=f"the model repeated the same {what} {s.repeat_limit} times in a row")
+            return Outcome("stuck", error=f"the model repeated the same {what} {s.session.repeat_limit} times in a row")
         if self.bad_answers >= MAX_BAD_ANSWERS:
             return Outcome("stuck", error=f"{MAX_BAD_ANSWERS} answers in a row were not valid actions")
         return None
@@ -370,7 +373,7 @@ class Session(Generic[S]):
 
     def _intro(self) -> None:
         intro = self.coach.intro(bool(self.goal_override))  # a given goal is not /app/goal: not read
-        if self.settings.intro_style == "observation":  # what the shell showed, not the model's own move
+        if self.settings.model.intro_style == "observation":  # what the shell showed, not the model's own move
             self.opening += "".join("\n\n" + self._act(a).observation for a in intro)
             return
         turn = Turn(answer=actions.dumps(intro))

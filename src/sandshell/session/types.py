@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from sandshell.config import Settings
+from sandshell.config import SessionSettings, Settings
 from sandshell.sandbox.protocol import FileContent, ModelState, Output, Result
 
 
@@ -21,12 +21,17 @@ class SandboxLike(Protocol):
 
 
 def public_settings(settings: Settings) -> dict[str, Any]:
-    """Settings worth recording (no API keys)."""
-    out = dataclasses.asdict(settings)
-    out.pop("openai_api_key", None)
-    out.pop("api_token", None)
+    """Settings worth recording, section by section (`{"model": {...}, "sandbox": {...}, ...}`), without
+    secrets (API keys, the service's token)."""
+    out: dict[str, Any] = {"home": dataclasses.asdict(settings.home)}
+    for name, section in settings.sections():
+        fields = dataclasses.asdict(section)
+        del fields["home"]  # (said once, above)
+        out[name] = fields
+    out["model"].pop("openai_api_key")
+    out["service"].pop("api_token")
     return out
 
 
-def session_dir(settings: Settings, session_id: str) -> Path:
+def session_dir(settings: SessionSettings, session_id: str) -> Path:
     return settings.path(settings.sessions_dir) / session_id

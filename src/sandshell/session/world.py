@@ -37,13 +37,13 @@ class ModelWorld:
         self.settings = settings
         self.goal_override = goal
         self.fixed_system = fixed_system_prompt()
-        self.config = ModelConfig(settings.max_tokens)
+        self.config = ModelConfig(settings.model.max_tokens)
         self.last: dict[str, str] = {}
         self.reported: set[str] = set()  # problems with the model's files already told
 
     def read(self, state: ModelState) -> WorldView:
         s = self.settings
-        goal = self.goal_override or state.goal.content or s.default_goal
+        goal = self.goal_override or state.goal.content or s.session.default_goal
         own = state.system.content or ""
         current = {"goal": goal, "system": own, "config": state.config.content or ""}
         changed = tuple(k for k, v in current.items() if self.last and self.last.get(k) != v)
@@ -54,11 +54,11 @@ class ModelWorld:
             if part.error and part.error != "missing":
                 problems.append(f"/app/{name}: {part.error}")
             elif part.truncated:
-                problems.append(f"/app/{name} is over {s.state_limit:,} bytes; only its start is used")
+                problems.append(f"/app/{name} is over {s.sandbox.state_limit:,} bytes; only its start is used")
         new = [p for p in problems if p not in self.reported]
         self.reported = set(problems)
-        params = {**s.sampling, **outcome.params}
-        params["max_tokens"] = min(params.get("max_tokens", s.max_tokens), s.max_tokens)
+        params = {**s.model.sampling, **outcome.params}
+        params["max_tokens"] = min(params.get("max_tokens", s.model.max_tokens), s.model.max_tokens)
         system = self.fixed_system.rstrip() + f"\n\nYour goal: {cut(goal, SYSTEM_PART_CHARS)}\n"
         if own.strip():
             system += f"\nYour own notes (/app/system.md):\n{cut(own, SYSTEM_PART_CHARS)}\n"

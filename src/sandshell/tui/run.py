@@ -37,13 +37,13 @@ def live_app(
         spec = SessionSpec(settings, goal, backend=backend, sinks=[buffer], control=control, log=say)
         with contextlib.suppress(Exception), open_session(spec) as session:  # a failed start: said to every sink
             app.recording = session.folder
-            if copies_back(settings):
+            if copies_back(settings.sandbox):
                 app.sync_workspace = session.sandbox.sync_workspace
                 app.call_from_thread(app.refresh_bindings)
             say(f"recording to {session.folder}")
             session.run()
 
-    app = SandshellApp(runner, control or Control(approval=settings.approval), max_lines=settings.ui_max_lines)
+    app = SandshellApp(runner, control or Control(approval=settings.session.approval), max_lines=settings.ui.max_lines)
     return app
 
 
