@@ -27,7 +27,7 @@ import uvicorn
 from sandshell import config
 from sandshell.model.script import ScriptBackend
 from sandshell.runner import run_task
-from sandshell.service import tasks as tasks_module
+from sandshell.service import taskqueue as tasks_module
 from sandshell.service.api import create_app
 from sandshell.service.core import Service
 from sandshell.workspace import init_workspace
@@ -142,13 +142,13 @@ def main() -> None:
         ),
     )
     written: dict[str, list[float]] = {}
-    original = tasks_module.Wake.emit
+    original = tasks_module.StreamWaker.emit
 
-    def stamped(self: tasks_module.Wake, event: object) -> None:
+    def stamped(self: tasks_module.StreamWaker, event: object) -> None:
         written.setdefault(self.task_id, []).append(time.perf_counter())
         original(self, event)  # type: ignore[arg-type]
 
-    tasks_module.Wake.emit = stamped  # type: ignore[method-assign]
+    tasks_module.StreamWaker.emit = stamped  # type: ignore[method-assign]
     service = Service(settings, log=lambda _m: None)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests.net
     from tests.net import free_port

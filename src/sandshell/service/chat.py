@@ -108,6 +108,7 @@ class Conversations:
         self.models = models
         self.notify = notify  # wakes the conversation's event streams
         self.open: dict[str, Conversation] = {}
+        self.closing: dict[str, Conversation] = {}  # taken out of `open`, their end not yet written
         self._lock = threading.Lock()
 
     def say(
@@ -192,11 +193,19 @@ class Conversations:
         return True
 
     def _close(self, convo: Conversation, status: Status, why: str) -> None:
-        convo.session.control.quit(status, why)
-        with convo.lock:  # a turn still running stops at its next step
-            convo.session.finish(Outcome(status, error=why))
-            convo.stack.close()
-            self.models.release(convo.slot)
+        """End a conversation taken out of `open`; its streams follow it until its end event is written."""
+        with self._lock:
+            self.closing[convo.id] = convo
+        try:
+            convo.session.control.quit(status, why)
+            with convo.lock:  # a turn still running stops at its next step
+                convo.session.finish(Outcome(status, error=why))
+                convo.stack.close()
+                self.models.release(convo.slot)
+        finally:
+            with self._lock:
+                self.closing.pop(convo.id, None)
+            self.notify(convo.id)
 
     def reap(self) -> list[str]:
         """End the conversations idle for longer than SANDSHELL_CONVERSATION_IDLE."""
@@ -211,8 +220,9 @@ class Conversations:
         return [c.id for c in idle]
 
     def is_open(self, conversation_id: str) -> bool:
+        """Open, or still writing its end (a stream that stopped now would miss the end event)."""
         with self._lock:
-            return conversation_id in self.open
+            return conversation_id in self.open or conversation_id in self.closing
 
     def known(self, conversation_id: str) -> bool:
         """Open, or ended with its recording kept (a task's folder, with its task.json, is not one)."""

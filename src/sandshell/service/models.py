@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -97,7 +97,9 @@ class GatedBackend:
     def count(self, messages: list[Message]) -> int:
         return self.inner.count(messages)
 
-    def stream(self, messages: list[Message], params: dict[str, Any]) -> Iterator[str | Stats | PromptProgress]:
+    def stream(
+        self, messages: list[Message], params: dict[str, Any]
+    ) -> Generator[str | Stats | PromptProgress, None, None]:
         try:
             with self.gate.hold(self.cancelled):
                 yield from self.inner.stream(messages, {**params, **self.extra})
