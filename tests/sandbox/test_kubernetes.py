@@ -25,8 +25,9 @@ from sandshell.config import Settings
 from sandshell.errors import SandboxError, SandshellError
 from sandshell.eval.run import Variant, run_suite
 from sandshell.eval.task import load_tasks
-from sandshell.sandbox import kube, podspec
 from sandshell.sandbox.image import ensure_image
+from sandshell.sandbox.kubernetes import cluster as kube
+from sandshell.sandbox.kubernetes import podspec
 from sandshell.sandbox.protocol import Output, Result
 from sandshell.sandbox.sandbox import Sandbox
 from tests.conftest import _base_settings

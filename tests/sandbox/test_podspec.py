@@ -11,12 +11,13 @@ import pytest
 from sandshell import config
 from sandshell.bot.tools import ToolDefinition, cluster_tool_image, tools_hash
 from sandshell.errors import ClusterUnavailable, SandboxError, SettingsError
-from sandshell.sandbox import engine, podspec
+from sandshell.sandbox import engine
 from sandshell.sandbox.container import STANDARD_CAPS
-from sandshell.sandbox.pods import _verdict
+from sandshell.sandbox.kubernetes import podspec
+from sandshell.sandbox.kubernetes.attach import STDIN_FRAME, AttachRefused, PodAttachConnection, _refusal
+from sandshell.sandbox.kubernetes.pods import _verdict
+from sandshell.sandbox.kubernetes.websocket import masked
 from sandshell.sandbox.sandbox import Sandbox
-from sandshell.sandbox.websocket import masked
-from sandshell.sandbox.wsattach import STDIN_FRAME, AttachRefused, PodAttachConnection, _refusal
 from tests.conftest import _base_settings
 
 

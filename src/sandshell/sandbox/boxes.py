@@ -1,5 +1,5 @@
 """What `Sandbox` asks of the thing its agent runs in, whichever engine made it: a Docker container
-(`container.py`) or a Kubernetes pod (`pods.py`): starting it, whether it runs, why it died."""
+(`container.py`) or a Kubernetes pod (`kubernetes/pods.py`): starting it, whether it runs, why it died."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
 from sandshell.resources import command
-from sandshell.sandbox import engine, kube
+from sandshell.sandbox import engine
 from sandshell.sandbox.connection import AttachConnection, Connection
 from sandshell.sandbox.container import ContainerSpec, create_container, remove_container
 from sandshell.sandbox.health import death, last_log_line, running
 from sandshell.sandbox.image import ensure_image
-from sandshell.sandbox.pods import Pod, needs_image
+from sandshell.sandbox.kubernetes import cluster as kube
+from sandshell.sandbox.kubernetes.pods import Pod, needs_image
 
 Log = Callable[[str], None]
 

@@ -25,8 +25,8 @@ import urllib.parse
 from typing import Any
 
 from sandshell.errors import SandboxError
-from sandshell.sandbox import websocket
 from sandshell.sandbox.connection import AttachConnection, ConnectionLost, _ready
+from sandshell.sandbox.kubernetes import websocket
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN_FRAME = 1024 * 1024  # bytes of one stdin message, the channel byte included

@@ -14,10 +14,10 @@ from typing import Any
 
 from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
-from sandshell.sandbox import podspec
 from sandshell.sandbox.connection import Connection
-from sandshell.sandbox.kube import PULL_FAILURES, START_FAILURES, Cluster, NotFound
-from sandshell.sandbox.wsattach import PodAttachConnection
+from sandshell.sandbox.kubernetes import podspec
+from sandshell.sandbox.kubernetes.attach import PodAttachConnection
+from sandshell.sandbox.kubernetes.cluster import PULL_FAILURES, START_FAILURES, Cluster, NotFound
 
 
 class Pod:

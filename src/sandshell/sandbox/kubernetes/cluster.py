@@ -14,7 +14,7 @@ from typing import Any
 from sandshell.config import SandboxSettings
 from sandshell.errors import ClusterUnavailable, SandboxError, SandshellError
 from sandshell.sandbox.engine import LABEL
-from sandshell.sandbox.podspec import SERVER_LABEL, server_id
+from sandshell.sandbox.kubernetes.podspec import SERVER_LABEL, server_id
 
 AWAY_SECONDS = 30.0  # how long a call waits out an API server that does not answer before giving up
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
