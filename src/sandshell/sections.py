@@ -100,6 +100,18 @@ class ModelSettings(Section):
     observation_tokens: int = _f(
         "LLAMA_OBSERVATION_TOKENS", 0, "most tokens one observation takes (0: a fifth of the context); less is faster"
     )
+    adapter: Literal["on", "off"] = _f(
+        "LLAMA_ADAPTER",
+        "on",
+        "on: the embedded default model loads with its sandshell-tuned LoRA adapter; off: the plain model "
+        "(a model of your own, LLAMA_MODEL_PATH, never gets it)",
+    )
+    prompt: Literal["auto", "full", "short"] = _f(
+        "LLAMA_PROMPT",
+        "auto",
+        "fixed system prompt: full (system.md), short (the one the adapter was trained on) or auto (short "
+        "when the adapter is loaded, else full)",
+    )
     # help for small models: each off by default, measured on and off with `sandshell eval`
     few_shot: bool = _f("LLAMA_FEW_SHOT", False, "add a few short examples of answers to the fixed prompt")
     comment_chars: int = _f(

@@ -15,7 +15,7 @@ from typing import Any
 
 from sandshell.config import ModelSettings
 from sandshell.errors import ModelError
-from sandshell.model import actions, sampling
+from sandshell.model import actions, sampling, tuned
 from sandshell.model.types import Message, PromptProgress, Stats, sendable
 from sandshell.resources import command
 
@@ -138,6 +138,9 @@ class LlamaBackend:
         cores = os.cpu_count() or 1
         params: dict[str, Any] = {"n_ctx": settings.n_ctx, "n_threads": cores, "n_threads_batch": cores}
         params["verbose"] = False
+        adapter = tuned.adapter_path(settings)
+        if adapter is not None:
+            params["lora_path"] = str(adapter)
         params.update(settings.load_params)
         try:
             self.llm = Llama(model_path=str(self.path), **params)
@@ -156,7 +159,8 @@ class LlamaBackend:
                 eos_token=self._token_text(self.llm.token_eos()),
                 bos_token=self._token_text(self.llm.token_bos()),
             )
-        self.description = f"{self.path.name} (n_ctx {self.n_ctx})"
+        tag = " + sandshell adapter" if adapter is not None else ""
+        self.description = f"{self.path.name}{tag} (n_ctx {self.n_ctx})"
 
     def _token_text(self, token: int) -> str:
         return self.llm._model.token_get_text(token) if token != -1 else ""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandshell.config import Settings
+from sandshell.model import tuned
 from sandshell.model.context import cut
 from sandshell.model.genconfig import ModelConfig
 from sandshell.resources import fixed_system_prompt
@@ -36,7 +37,7 @@ class ModelWorld:
     def __init__(self, settings: Settings, goal: str | None = None) -> None:
         self.settings = settings
         self.goal_override = goal
-        self.fixed_system = fixed_system_prompt()
+        self.fixed_system = tuned.system_prompt() if tuned.short_prompt(settings.model) else fixed_system_prompt()
         self.config = ModelConfig(settings.model.max_tokens)
         self.last: dict[str, str] = {}
         self.reported: set[str] = set()  # problems with the model's files already told
