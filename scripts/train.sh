@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf 'train: %s\n' "$*" >&2; }
-SEED="${SEED:-1}" TASKS="${TASKS:-480}" LIMIT="${LIMIT:-140}" EPOCHS="${EPOCHS:-2}" MINUTES="${MINUTES:-34}"
-LAYERS="${LAYERS:-8}" RANK="${RANK:-16}" LR="${LR:-5e-4}"
+SEED="${SEED:-1}" TASKS="${TASKS:-480}" LIMIT="${LIMIT:-140}" EPOCHS="${EPOCHS:-2}" MINUTES="${MINUTES:-30}"
+LAYERS="${LAYERS:-8}" RANK="${RANK:-16}" LR="${LR:-5e-4}" THREADS="${THREADS:-1}"
 work=.cache/train
 venv=.cache/train-venv
 [ -x .venv/bin/python ] || { say "run ./start.sh --help once first: it sets up .venv"; exit 1; }
@@ -26,6 +26,6 @@ PYTHONPATH="$PWD:$PWD/src" .venv/bin/python -m training.collect --seed "$SEED" -
 PYTHONPATH="$PWD:$PWD/src" .venv/bin/python -m training.overlap "$work/data.jsonl" tasks bench/heldout
 say "training (at most $MINUTES minutes)"
 PYTHONPATH="$PWD" "$venv/bin/python" -m training.train --data "$work/data.jsonl" --base "$base" --out "$work/adapter" \
-  --seed "$SEED" --layers "$LAYERS" --rank "$RANK" --lr "$LR" --limit "$LIMIT" --epochs "$EPOCHS" --minutes "$MINUTES"
+  --seed "$SEED" --layers "$LAYERS" --rank "$RANK" --lr "$LR" --limit "$LIMIT" --epochs "$EPOCHS" --minutes "$MINUTES" --threads "$THREADS"
 cp "$work/adapter/adapter.gguf" "$work/adapter/provenance.json" src/sandshell/model/tuned/
 say "done in $(( ($(date +%s) - start) / 60 )) min: src/sandshell/model/tuned/adapter.gguf"

@@ -341,12 +341,12 @@ def chmod_file(rng: random.Random) -> Spec:
     if rng.random() < 0.6:
         goal = say(rng, f"Give {path} execute permission.", f"Allow {path} to be run directly (make it executable).")
         return Spec(
-            "chmod", goal, f"[ -x {path} ]", [bash(f"chmod +x {path}"), done(rng, f"{path} is executable")], setup
+            "chmod_file", goal, f"[ -x {path} ]", [bash(f"chmod +x {path}"), done(rng, f"{path} is executable")], setup
         )
     mode = rng.choice(["600", "640", "700", "755", "444"])
     goal = f"Set the permissions of {path} to {mode}."
     check = f'[ "$(stat -c %a {path})" = {mode} ]'
-    return Spec("chmod", goal, check, [bash(f"chmod {mode} {path}"), done(rng, f"mode {mode}")], setup)
+    return Spec("chmod_file", goal, check, [bash(f"chmod {mode} {path}"), done(rng, f"mode {mode}")], setup)
 
 
 # -- text and numbers ---------------------------------------------------------------------------------

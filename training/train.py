@@ -221,9 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    curve: list[dict[str, float]] = []
+    curve: list[dict[str, float | None]] = []
     first_val = evaluate(model, val, first)
-    curve.append({"step": 0, "seconds": 0.0, "train_loss": float("nan"), "val_loss": round(first_val, 4), "epoch": 0.0})
+    curve.append({"step": 0, "seconds": 0.0, "train_loss": None, "val_loss": round(first_val, 4), "epoch": 0.0})
     print(f"step 0 val {first_val:.4f}", file=sys.stderr, flush=True)
     step, running, stopped, t0 = 0, list[float](), "steps", time.monotonic()
     order = list(range(len(train)))
