@@ -28,7 +28,7 @@ from sandshell import config
 from sandshell.model import actions
 from sandshell.model.script import ScriptBackend
 from sandshell.model.types import Message, Stats
-from sandshell.runner import open_session
+from sandshell.runner import SessionSpec, open_session
 from sandshell.session.control import Control
 from training.families import Spec, generate
 
@@ -77,10 +77,9 @@ def run_one(spec: Spec, variant: dict[str, str], goal_in_file: bool) -> dict[str
     with tempfile.TemporaryDirectory(prefix="sandshell-train-") as ws, tempfile.TemporaryDirectory() as rec:
         s = settings_for(spec, variant, ws, rec)
         backend = RecordingBackend(lines, s.n_ctx)
-        with open_session(
-            s, [], Control(), goal=None if goal_in_file else spec.goal, backend=backend, log=lambda _: None
-        ) as parts:
-            box = parts.sandbox
+        goal = None if goal_in_file else spec.goal
+        with open_session(SessionSpec(s, goal, backend, (), Control(), log=lambda _: None)) as session:
+            box = session.sandbox
             setup = list(spec.setup) + [f"export {k}={v}" for k, v in spec.env.items()]
             if goal_in_file:
                 setup.append(f"printf '%s\\n' {shlex.quote(spec.goal)} > /app/goal")
@@ -92,7 +91,7 @@ def run_one(spec: Spec, variant: dict[str, str], goal_in_file: bool) -> dict[str
             if box.execute(f"cd /app && {spec.check}", SETUP_TIMEOUT).ok:
                 return {**record, "ok": False, "why": "the check passes before the session"}
             box.execute("cd /app", 5)
-            outcome = parts.session.run()
+            outcome = session.run()
             after = box.execute(f"cd /app && {spec.check}", SETUP_TIMEOUT)
             if not after.ok:
                 return {
