@@ -52,12 +52,10 @@ def settings_for(spec: Spec, variant: dict[str, str], workspace: str, sessions: 
     environ = {"LLAMA_BACKEND": "script", "LLAMA_PROMPT": "short", **variant}
     s = config.load(env_file=None, environ=environ)
     return s.replace(
-        workspace=workspace,
-        workspace_mode="copy",
-        sessions_dir=sessions,
-        approval=False,
-        max_steps=len(spec.answers) + 1,
-        max_seconds=120.0,
+        sandbox=s.sandbox.replace(workspace=workspace, workspace_mode="copy"),
+        session=s.session.replace(
+            sessions_dir=sessions, approval=False, max_steps=len(spec.answers) + 1, max_seconds=120.0
+        ),
     )
 
 
@@ -76,7 +74,7 @@ def run_one(spec: Spec, variant: dict[str, str], goal_in_file: bool) -> dict[str
     }
     with tempfile.TemporaryDirectory(prefix="sandshell-train-") as ws, tempfile.TemporaryDirectory() as rec:
         s = settings_for(spec, variant, ws, rec)
-        backend = RecordingBackend(lines, s.n_ctx)
+        backend = RecordingBackend(lines, s.model.n_ctx)
         goal = None if goal_in_file else spec.goal
         with open_session(SessionSpec(s, goal, backend, (), Control(), log=lambda _: None)) as session:
             box = session.sandbox

@@ -13,7 +13,6 @@ from sandshell.eval.run import Variant, run_suite
 from sandshell.eval.task import load_tasks
 from sandshell.model import actions, tuned
 from sandshell.model.llama import LlamaBackend, default_model_path
-from sandshell.model.types import Stats
 from tests.conftest import REPO
 
 GOAL = "Write the number of lines of /app/poems.txt into /app/n.txt."
@@ -36,20 +35,20 @@ def messages(system: str) -> list[dict[str, str]]:
 
 def answer(backend: LlamaBackend) -> str:
     params = {"temperature": 0.0, "max_tokens": 48, "seed": 1}
-    return "".join(p for p in backend.stream(messages(tuned.system_prompt()), params) if not isinstance(p, Stats))
+    return "".join(p for p in backend.stream(messages(tuned.system_prompt()), params) if isinstance(p, str))
 
 
 def test_the_adapter_goes_with_the_embedded_model_only() -> None:
     default = config.load(env_file=None, environ={})
-    assert tuned.uses_adapter(default) and tuned.short_prompt(default)
+    assert tuned.uses_adapter(default.model) and tuned.short_prompt(default.model)
     off = config.load(env_file=None, environ={"LLAMA_ADAPTER": "off"})
-    assert not tuned.uses_adapter(off) and not tuned.short_prompt(off)
+    assert not tuned.uses_adapter(off.model) and not tuned.short_prompt(off.model)
     own = config.load(env_file=None, environ={"LLAMA_MODEL_PATH": "/models/other.gguf"})
-    assert not tuned.uses_adapter(own) and not tuned.short_prompt(own)
+    assert not tuned.uses_adapter(own.model) and not tuned.short_prompt(own.model)
     remote = config.load(env_file=None, environ={"LLAMA_BACKEND": "openai"})
-    assert not tuned.uses_adapter(remote)
+    assert not tuned.uses_adapter(remote.model)
     forced = config.load(env_file=None, environ={"LLAMA_ADAPTER": "off", "LLAMA_PROMPT": "short"})
-    assert tuned.short_prompt(forced) and not tuned.uses_adapter(forced)
+    assert tuned.short_prompt(forced.model) and not tuned.uses_adapter(forced.model)
 
 
 def test_a_bad_adapter_setting_is_one_sentence() -> None:
@@ -66,8 +65,8 @@ def test_the_adapter_ships_with_its_provenance() -> None:
 
 @pytest.mark.model
 def test_the_adapter_loads_and_changes_the_answer() -> None:
-    on = LlamaBackend(config.load(env_file=None, environ={}))
-    off = LlamaBackend(config.load(env_file=None, environ={"LLAMA_ADAPTER": "off"}))
+    on = LlamaBackend(config.load(env_file=None, environ={}).model)
+    off = LlamaBackend(config.load(env_file=None, environ={"LLAMA_ADAPTER": "off"}).model)
     assert "adapter" in on.description and "adapter" not in off.description
     tuned_answer, plain_answer = answer(on), answer(off)
     assert tuned_answer != plain_answer
