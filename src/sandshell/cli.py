@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             for sig in (signal.SIGTERM, signal.SIGHUP):  # end as Ctrl-C does: JSON printed, container removed
                 signal.signal(sig, signal.default_int_handler)
             result = run_task(goal, args.timeout, args.max_steps, settings=settings, echo=True, control=control)
-            if result["status"] == "error" and result.get("session") is None:  # (no transcript said it)
+            if result["status"] == "error" and not result["log"]:  # (no transcript said it: the settings)
                 say(str(result["error"]))
             return print_result(result)
         from sandshell.tui.run import live_app, require_terminal, run_app

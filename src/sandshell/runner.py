@@ -17,7 +17,7 @@ from sandshell.model.types import Backend
 from sandshell.sandbox.engine import new_session_id
 from sandshell.sandbox.sandbox import Sandbox
 from sandshell.session.control import Control
-from sandshell.session.events import Event, ModelReplied, ModelText, Notice, SessionEnded, Sink
+from sandshell.session.events import Event, ModelReplied, ModelText, SessionEnded, Sink
 from sandshell.session.loop import Lifecycle, Session
 from sandshell.session.outcome import Outcome, StartFailed, outcome_of
 from sandshell.session.recorder import Recorder
@@ -85,7 +85,7 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
             failed = outcome_of(e).replace(recording=str(recorder.folder) if named else None)
             if control.quitting:  # stopped while it started: it ends as the quit said, not as a failure
                 failed = failed.replace(status=control.ending[0], error=control.ending[1])
-            life.end(failed, before=lambda: _say(sinks, Notice("error", failed.error or "")))
+            life.end(failed)  # (its end says the error: once)
             if not isinstance(e, KeyboardInterrupt):
                 raise StartFailed(failed) from e
         raise
@@ -93,11 +93,6 @@ def open_session(spec: SessionSpec) -> Iterator[Session[Sandbox]]:
         recorder.close()
         if never_ran and not named:  # nothing ran: no folder to find later with nothing in it
             shutil.rmtree(recorder.folder, ignore_errors=True)
-
-
-def _say(sinks: list[Sink], event: Event) -> None:
-    for sink in sinks:
-        sink.emit(event)
 
 
 def run_session(spec: SessionSpec) -> Outcome:

@@ -93,6 +93,7 @@ def test_unreachable_server_is_one_sentence() -> None:
         list(OpenAIBackend(settings.model).stream([{"role": "user", "content": "hi"}], {}))
 
 
+@pytest.mark.docker
 def test_an_overflow_is_told_with_its_numbers_and_the_history_shrinks_to_fit(server: str, tmp_path: Path) -> None:
     """The server holds 4,096 tokens; the settings claim 16,384; a command of the user's fills the history."""
     ws = tmp_path / "ws"
@@ -141,6 +142,7 @@ def test_the_context_size_is_asked_of_a_llama_server() -> None:
         httpd.shutdown()
 
 
+@pytest.mark.docker
 def test_a_cwd_that_is_not_utf8_reaches_the_model_server_as_an_escape(server: str, tmp_path: Path) -> None:
     """One `cd $'/tmp/\\xff'` puts a lone surrogate (the byte, escaped) into the next prompt: unescaped,
     the request's body cannot be encoded, and the session ends "failed unexpectedly"."""

@@ -20,6 +20,7 @@ import pytest
 from sandshell.config import Settings
 from sandshell.errors import SandshellError
 from sandshell.sandbox.connection import SPARE_WAIT, Connection, ConnectionLost
+from sandshell.sandbox.engine import PID_LABEL
 from sandshell.sandbox.protocol import Output, Result
 from sandshell.sandbox.sandbox import Sandbox
 
@@ -175,15 +176,14 @@ def test_copied_workspace_never_touches_the_host(workspace: Path, settings: Sett
 
 def test_failed_start_leaves_nothing(workspace: Path, settings: Settings, docker_client: docker.DockerClient) -> None:
     bad = settings.replace(sandbox=settings.sandbox.replace(memory="not-a-size"))
-    before = {
-        c.id for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "sandshell.session"})
-    }
+    ours = {"label": ["sandshell.session", f"{PID_LABEL}={os.getpid()}"]}  # (other workers run too)
+    before = {c.id for c in docker_client.containers.list(all=True, sparse=True, filters=ours)}
     with (
         pytest.raises(Exception, match=r"(?i)sandbox|memory|invalid"),
         Sandbox(workspace=workspace, settings=bad.sandbox),
     ):
         pass
-    after = {c.id for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "sandshell.session"})}
+    after = {c.id for c in docker_client.containers.list(all=True, sparse=True, filters=ours)}
     assert after <= before
 
 

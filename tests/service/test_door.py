@@ -175,15 +175,15 @@ def test_a_running_tasks_numbers_are_live_and_a_crash_keeps_what_it_ran(tmp_path
         time.sleep(1.2)
         live = first.get(task)
         assert live["status"] == "running" and live["turns"] == 2, live
-        assert live["tokens_in"] > 0 and live["tokens_out"] > 0 and live["seconds"] >= 1.0, live
+        assert live["seconds"] >= 1.0, live  # (a script backend writes no tokens: those stay 0)
         listed = next(t for t in first.http.get("/v1/tasks").json()["tasks"] if t["id"] == task)
-        assert listed["turns"] == 2 and listed["tokens_out"] == live["tokens_out"]
+        assert listed["turns"] == 2 and listed["seconds"] > 0
     finally:
         first.kill()  # as a crash
     again = Server(tmp_path)
     try:
         after = again.get(task)
-        assert after["status"] == "interrupted" and after["turns"] == 2 and after["tokens_out"] > 0, after
+        assert after["status"] == "interrupted" and after["turns"] == 2 and after["seconds"] > 0, after
         assert any("one" in line for line in after["log"]), after["log"]
     finally:
         again.stop()
