@@ -250,6 +250,6 @@ def test_a_whole_task_runs_on_the_tls_engine_through_the_api(
         assert (workspace / "made.txt").read_text() == "from the other engine\n"  # copied back (rw)
         assert not (workspace / "system.md").exists() and (workspace / "goal").is_file()
         started = server.events(task)[0][2]
-        assert started["settings"]["docker_host"] == remote.url  # the recording says where it ran
+        assert started["settings"]["sandbox"]["docker_host"] == remote.url  # the recording says where it ran
     finally:
         server.stop()
