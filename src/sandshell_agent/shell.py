@@ -246,7 +246,14 @@ class Shell:
                 return False
             except OSError:
                 continue
-        return True
+        # Not where it was: look at every descriptor before saying so (bash moves its input while it
+        # runs a command's redirections, so the first look may have caught it at a passing number).
+        fds = self._input_fds()
+        if fds is None:
+            return False
+        if fds:
+            self.input_fds = fds
+        return not fds
 
     def _input_fds(self) -> tuple[int, ...] | None:
         try:
