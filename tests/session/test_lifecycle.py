@@ -202,3 +202,27 @@ def test_every_front_end_reports_from_the_outcome(s: Settings) -> None:
     worker.start()
     worker.join(10)
     assert done and done[0].status == sink.ended().status == "done" and done[0].ok
+
+
+def test_a_rerun_answers_approvals_as_recorded_and_says_nothing_waits(s: Settings) -> None:
+    """A rerun of a session recorded with approval on: each recorded verdict answers at once, and
+    neither the transcript nor the UI says an action waits for approval."""
+    from sandshell.model.actions import Action
+    from sandshell.runner import LineLog
+    from sandshell.session.control import Decision
+    from sandshell.session.rerun import Plan, RerunControl
+    from sandshell.session.transcript import render
+
+    recorded = Plan(decisions=[Decision("reject", reason="not that"), Decision("approve")], approval=True)
+    control = RerunControl(recorded)
+    sess, sink = session(s, script({"bash": "rm -rf /app/x"}, {"bash": "ls"}, {"done": "x"}), control)
+    log = LineLog(echo=False)
+    sess.sinks.append(log)
+    assert sess.run().status == "done"
+    asked = [e for e in sink.events if isinstance(e, ev.ApprovalNeeded)]
+    assert len(asked) == 2 and all(e.answered for e in asked)
+    assert not [e for e in sink.events if isinstance(e, ev.Phase) and e.name == "approval"]
+    assert not any("waiting for approval" in line for line in log.lines), log.lines
+    assert sess.sandbox.commands == ["ls"]  # the rejected one never ran, as recorded
+    waiting = render(ev.ApprovalNeeded(Action("bash", "ls"), "0 root@sandbox:/app #"), color=False)
+    assert "waiting for approval" in waiting  # a live session's still says so

@@ -97,6 +97,11 @@ class Control:
 
     # -- called by the session -----------------------------------------------------------------
     @property
+    def answers_itself(self) -> bool:
+        """Whether approvals are answered without the user (a rerun answers as its recording did)."""
+        return False
+
+    @property
     def quitting(self) -> bool:
         return self._quit.is_set()
 

@@ -71,10 +71,12 @@ class ActionStarted:
 
 @dataclass(frozen=True)
 class ApprovalNeeded:
-    """An action waits for the user to approve, edit or reject it."""
+    """An action waits for the user to approve, edit or reject it (`answered`: a rerun's recorded
+    verdict answers it at once, and nobody waits)."""
 
     action: Action
     prompt: str
+    answered: bool = False
 
 
 @dataclass(frozen=True)

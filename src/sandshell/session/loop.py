@@ -305,8 +305,10 @@ class Session(Generic[S]):
     # -- actions ----------------------------------------------------------------------------
     def _act(self, action: Action, by_user: bool = False) -> Step:
         if self.control.approval and not by_user and action.kind != "done":
-            self.emit(ev.Phase("approval"))
-            self.emit(ev.ApprovalNeeded(action, self.prompt_line))
+            answered = self.control.answers_itself
+            if not answered:
+                self.emit(ev.Phase("approval"))
+            self.emit(ev.ApprovalNeeded(action, self.prompt_line, answered))
             decision = self.control.await_decision()
             if decision.verdict == "reject":
                 text = f"[the user rejected this action: {decision.reason or 'no reason given'}]"

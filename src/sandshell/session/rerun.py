@@ -80,6 +80,10 @@ class RerunControl(Control):
             self.moves.popleft()
         return move
 
+    @property
+    def answers_itself(self) -> bool:
+        return True
+
     def await_decision(self) -> Decision:
         if self.quitting:
             return super().await_decision()

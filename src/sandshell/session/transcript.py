@@ -33,6 +33,8 @@ def render(event: ev.Event, color: bool = True) -> str:
         tail = f"\n[answer not valid: {event.error}]" if event.error else ""
         return "\n" + (_paint(tail.strip(), YELLOW, color=c) + "\n" if tail else "")
     if isinstance(event, ev.ApprovalNeeded):
+        if event.answered:
+            return _paint(f"[approval: the recorded verdict answers] {event.action.summary(200)}", DIM, color=c) + "\n"
         return _paint(f"[waiting for approval] {event.action.summary(200)}", MAGENTA, color=c) + "\n"
     if isinstance(event, ev.ActionStarted):
         a = event.action

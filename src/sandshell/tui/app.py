@@ -208,7 +208,7 @@ class SandshellApp(Steering, App[None]):
             st = event.stats
             if st.completion_tokens and st.ttft > 0 and st.tokens_per_second:  # a real generation, not a script
                 self.status.speed = f"first token {st.ttft:.2f}s · {st.tokens_per_second:.0f} tok/s"
-        elif isinstance(event, ev.ApprovalNeeded):
+        elif isinstance(event, ev.ApprovalNeeded) and not event.answered:
             self._approval(event.action)
         elif isinstance(event, ev.ActionStarted | ev.ActionFinished):
             if self.pending is not None:  # answered elsewhere (a rerun answers as the recording did)
