@@ -121,7 +121,7 @@ def idle(base: Settings, m: int) -> dict[str, float]:
             "rss": statistics.median(rss),
             "host": host,
             "engine": sum(new.values()) / m,
-            "helpers": len(new) / m,
+            "engine_processes": len(new) / m,
         }
     finally:
         for sb in boxes:
@@ -187,8 +187,8 @@ def idle_table(base: Settings, m: int) -> None:
     print(f"| container memory, cgroup usage (RSS + page cache) | {r['usage'] / 1e6:.1f} |")
     print(f"| container memory, RSS only | {r['rss'] / 1e6:.1f} |")
     print(f"| host: this process (the Sandbox, its reader thread) | {r['host'] / 1e6:.1f} |")
-    helpers = f"{r['helpers']:.1f} a session: containerd-shim, fuse-overlayfs"
-    print(f"| host: the engine's helpers ({helpers}) | {r['engine'] / 1e6:.1f} |")
+    per_session = f"{r['engine_processes']:.1f} a session: containerd-shim, fuse-overlayfs"
+    print(f"| host: the engine's own processes ({per_session}) | {r['engine'] / 1e6:.1f} |")
 
 
 def model_table(base: Settings, n: int) -> None:

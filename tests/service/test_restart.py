@@ -38,6 +38,8 @@ def test_after_a_crash_tasks_are_listed_and_the_running_one_is_interrupted_and_r
         assert not containers(running), "the restart reaped it"
         t = second.get(running)
         assert t["status"] == "interrupted" and "running" in t["error"]
+        ended = second.events(running)[-1]  # its recording ends as its task did, not in the middle of a turn
+        assert ended[1] == "SessionEnded" and ended[2]["status"] == "interrupted", ended
         done = second.get(finished)
         assert (done["status"], done["result"]) == ("done", "all kept") and any("kept" in x for x in done["log"])
         listed = [t["id"] for t in second.http.get("/v1/tasks").json()["tasks"]]

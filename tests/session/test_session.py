@@ -328,23 +328,22 @@ def test_a_long_pause_is_one_event_not_a_stream(s: Settings) -> None:
     assert len(paused) == 1, len(paused)
 
 
-def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None:
-    _, _, _, folder = run(s, script({"bash": "echo again > /app/marker"}, {"done": "rerun me"}))
-    (Path(s.sandbox.workspace) / "marker").unlink()
+def rerun_headless(s: Settings, folder: Path) -> subprocess.CompletedProcess[str]:
+    """`sandshell --headless rerun FOLDER` on the session's workspace, as a user runs it."""
     env = {
         "SANDSHELL_WORKSPACE": s.sandbox.workspace,
         "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
         "PATH": "/usr/bin:/bin",
         "LLAMA_INTRO": "false",
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
+    command = [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+
+
+def test_rerun_replays_a_recordings_actions(s: Settings, tmp_path: Path) -> None:
+    _, _, _, folder = run(s, script({"bash": "echo again > /app/marker"}, {"done": "rerun me"}))
+    (Path(s.sandbox.workspace) / "marker").unlink()
+    proc = rerun_headless(s, folder)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["result"] == "rerun me"
     assert (Path(s.sandbox.workspace) / "marker").read_text() == "again\n"
@@ -379,20 +378,7 @@ def test_rerun_brings_back_the_users_part_and_never_runs_a_rejected_action(s: Se
     first = log.read_text()
     assert first == "first\nmine\nedited\n" and not (Path(s.sandbox.workspace) / "must-not-exist").exists()
     log.unlink()
-    env = {
-        "SANDSHELL_WORKSPACE": s.sandbox.workspace,
-        "SANDSHELL_SESSIONS_DIR": s.session.sessions_dir,
-        "PATH": "/usr/bin:/bin",
-        "LLAMA_INTRO": "false",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "sandshell.cli", "--headless", "--goal", "g", "rerun", str(folder)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
+    proc = rerun_headless(s, folder)
     out = json.loads(proc.stdout)
     assert out["status"] == "done", out
     assert log.read_text() == first  # the same commands, the user's among them, in the same order

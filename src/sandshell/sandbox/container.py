@@ -76,30 +76,8 @@ class ContainerSpec:
         return self.owner()  # root included: with every capability dropped it can only own files
 
     def environment(self) -> dict[str, str]:
-        s = self.settings
         uid, gid = self.owner()
-        limits = (s.file_limit, s.workspace_limit, s.scratch_limit)  # no one file may be larger than any of them
-        env = {
-            "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
-            "SANDSHELL_KILL_GRACE": str(s.kill_grace),
-            "SANDSHELL_SHELL_LOOP": s.shell_loop,
-            "SANDSHELL_SHELL_CPU": s.shell_cpu,
-            "SANDSHELL_AGENT_CODE": s.agent_code,
-            "SANDSHELL_OUTPUT_LIMIT": str(s.output_limit),
-            "SANDSHELL_SPILL_LIMIT": str(s.spill_limit),
-            "SANDSHELL_STATE_LIMIT": str(s.state_limit),
-            "SANDSHELL_PIDS_LIMIT": str(s.pids_limit),
-            "SANDSHELL_HOST_UID": str(uid),
-            "SANDSHELL_HOST_GID": str(gid),
-            "SANDSHELL_WORKSPACE_LIMIT": str(0 if s.workspace_mode == "ro" else s.workspace_limit),
-            "SANDSHELL_SCRATCH_LIMIT": str(s.scratch_limit),
-            "SANDSHELL_FILE_LIMIT": str(min((n for n in limits if n), default=0)),
-        }
-        if s.workspace_mode == "ro":
-            env["SANDSHELL_SPILL_DIR"] = "/tmp/sandshell-output"
-        if self.settings.profile == "locked":
-            env["HOME"] = "/tmp"
-        return env
+        return agent_environment(self.settings, uid, gid, app_read_only=self.settings.workspace_mode == "ro")
 
     def run_kwargs(self) -> dict[str, Any]:
         s = self.settings
@@ -228,3 +206,30 @@ def remove_container(client: docker.DockerClient, container: Any, spec: Containe
         network.remove(client, spec.network)
     if spec is not None and spec.snapshot is not None:
         spec.snapshot = quarantine.settle(spec.snapshot, spec.quarantine_dir, spec.log, contents=spec.archive)
+
+
+def agent_environment(s: SandboxSettings, uid: int, gid: int, app_read_only: bool) -> dict[str, str]:
+    """What the agent is told as it starts, on any engine: its limits and who owns the workspace
+    (`app_read_only`: /app cannot be written, so the spill goes to /tmp and /app has no limit)."""
+    limits = (s.file_limit, s.workspace_limit, s.scratch_limit)  # no one file may be larger than any of them
+    env = {
+        "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
+        "SANDSHELL_KILL_GRACE": str(s.kill_grace),
+        "SANDSHELL_SHELL_LOOP": s.shell_loop,
+        "SANDSHELL_SHELL_CPU": s.shell_cpu,
+        "SANDSHELL_AGENT_CODE": s.agent_code,
+        "SANDSHELL_OUTPUT_LIMIT": str(s.output_limit),
+        "SANDSHELL_SPILL_LIMIT": str(s.spill_limit),
+        "SANDSHELL_STATE_LIMIT": str(s.state_limit),
+        "SANDSHELL_PIDS_LIMIT": str(s.pids_limit),
+        "SANDSHELL_HOST_UID": str(uid),
+        "SANDSHELL_HOST_GID": str(gid),
+        "SANDSHELL_WORKSPACE_LIMIT": str(0 if app_read_only else s.workspace_limit),
+        "SANDSHELL_SCRATCH_LIMIT": str(s.scratch_limit),
+        "SANDSHELL_FILE_LIMIT": str(min((n for n in limits if n), default=0)),
+    }
+    if app_read_only:
+        env["SANDSHELL_SPILL_DIR"] = "/tmp/sandshell-output"
+    if s.profile == "locked":
+        env["HOME"] = "/tmp"
+    return env

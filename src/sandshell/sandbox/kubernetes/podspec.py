@@ -18,7 +18,7 @@ from typing import Any
 
 from sandshell.config import SandboxSettings
 from sandshell.errors import SandboxError
-from sandshell.sandbox.container import STANDARD_CAPS
+from sandshell.sandbox.container import STANDARD_CAPS, agent_environment
 from sandshell.sandbox.engine import LABEL
 
 SERVER_LABEL = "sandshell.server"  # who made the pod: a restarted server reaps what it left
@@ -61,27 +61,8 @@ def _quantity(memory: str) -> str:
 
 
 def environment(settings: SandboxSettings, uid: int) -> list[dict[str, str]]:
-    s = settings
-    limits = (s.file_limit, s.workspace_limit, s.scratch_limit)
-    env = {
-        "SANDSHELL_MAX_TIMEOUT": str(s.max_exit_timeout),
-        "SANDSHELL_KILL_GRACE": str(s.kill_grace),
-        "SANDSHELL_SHELL_LOOP": s.shell_loop,
-        "SANDSHELL_SHELL_CPU": s.shell_cpu,
-        "SANDSHELL_AGENT_CODE": s.agent_code,
-        "SANDSHELL_OUTPUT_LIMIT": str(s.output_limit),
-        "SANDSHELL_SPILL_LIMIT": str(s.spill_limit),
-        "SANDSHELL_STATE_LIMIT": str(s.state_limit),
-        "SANDSHELL_PIDS_LIMIT": str(s.pids_limit),
-        "SANDSHELL_HOST_UID": str(uid),
-        "SANDSHELL_HOST_GID": str(uid),
-        "SANDSHELL_WORKSPACE_LIMIT": str(s.workspace_limit),
-        "SANDSHELL_SCRATCH_LIMIT": str(s.scratch_limit),
-        "SANDSHELL_FILE_LIMIT": str(min((n for n in limits if n), default=0)),
-    }
-    if s.profile == "locked":
-        env["HOME"] = "/tmp"
-    return [{"name": k, "value": v} for k, v in env.items()]
+    """The agent's environment as a pod's `env` (on a cluster /app is writable inside, whatever the mode)."""
+    return [{"name": k, "value": v} for k, v in agent_environment(settings, uid, uid, app_read_only=False).items()]
 
 
 def pod(settings: SandboxSettings, session_id: str, image: str) -> dict[str, Any]:
