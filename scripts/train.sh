@@ -2,13 +2,13 @@
 # Rebuild the default model's adapter from scratch: generate tasks, run their solutions through real
 # sandboxes, train a LoRA adapter on what the sessions sent, and install it with its provenance.
 #   scripts/train.sh                      # the shipped configuration (seed 1)
-#   SEED=2 TASKS=480 MINUTES=60 scripts/train.sh
+#   SEED=2 TASKS=600 LAYERS=16 scripts/train.sh
 # Needs Docker and ./start.sh's set-up (.venv); the training tools go into .cache/train-venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf 'train: %s\n' "$*" >&2; }
-SEED="${SEED:-1}" TASKS="${TASKS:-480}" LIMIT="${LIMIT:-140}" EPOCHS="${EPOCHS:-2}" MINUTES="${MINUTES:-30}"
-LAYERS="${LAYERS:-8}" RANK="${RANK:-16}" LR="${LR:-5e-4}" THREADS="${THREADS:-1}"
+SEED="${SEED:-1}" TASKS="${TASKS:-1000}" LIMIT="${LIMIT:-0}" EPOCHS="${EPOCHS:-2}" MINUTES="${MINUTES:-60}"
+LAYERS="${LAYERS:-30}" RANK="${RANK:-16}" LR="${LR:-5e-4}" THREADS="${THREADS:-2}" KEEP="${KEEP:-2}"
 work=.cache/train
 venv=.cache/train-venv
 [ -x .venv/bin/python ] || { say "run ./start.sh --help once first: it sets up .venv"; exit 1; }
@@ -26,6 +26,6 @@ PYTHONPATH="$PWD:$PWD/src" .venv/bin/python -m training.collect --seed "$SEED" -
 PYTHONPATH="$PWD:$PWD/src" .venv/bin/python -m training.overlap "$work/data.jsonl" tasks bench/heldout
 say "training (at most $MINUTES minutes)"
 PYTHONPATH="$PWD" "$venv/bin/python" -m training.train --data "$work/data.jsonl" --base "$base" --out "$work/adapter" \
-  --seed "$SEED" --layers "$LAYERS" --rank "$RANK" --lr "$LR" --limit "$LIMIT" --epochs "$EPOCHS" --minutes "$MINUTES" --threads "$THREADS"
+  --seed "$SEED" --layers "$LAYERS" --rank "$RANK" --lr "$LR" --limit "$LIMIT" --epochs "$EPOCHS" --minutes "$MINUTES" --threads "$THREADS" --keep "$KEEP"
 cp "$work/adapter/adapter.gguf" "$work/adapter/provenance.json" src/sandshell/model/tuned/
 say "done in $(( ($(date +%s) - start) / 60 )) min: src/sandshell/model/tuned/adapter.gguf"

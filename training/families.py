@@ -91,6 +91,10 @@ WORDS = [
     "storm",
 ]
 STEMS = [
+    "a",
+    "b",
+    "x",
+    "f",
     "report",
     "notes",
     "data",
@@ -188,6 +192,11 @@ def done(rng: random.Random, result: str) -> Answer:
 
 def bash(cmd: str) -> Answer:
     return [{"bash": cmd}]
+
+
+def shown(cmd: str, dst: str) -> str:
+    """`cmd`, then print what it wrote: the `done` that follows reports a result the model has seen."""
+    return f"{cmd} && cat {dst}"
 
 
 # -- files ------------------------------------------------------------------------------------------
@@ -360,7 +369,7 @@ def count_lines(rng: random.Random) -> Spec:
         f"Save the line count of {src} in {dst}.",
         f"Find out how many lines {src} contains and put that number in {dst}.",
     )
-    cmd = say(rng, f"wc -l < {src} > {dst}", f"wc -l < {src} > {dst} && cat {dst}")
+    cmd = shown(f"wc -l < {src} > {dst}", dst)
     return Spec(
         "count_lines",
         goal,
@@ -381,7 +390,7 @@ def count_words(rng: random.Random) -> Spec:
         "count_words",
         goal,
         same_text(dst, str(len(words))),
-        [bash(f"wc -w < {src} > {dst}"), done(rng, f"{len(words)} words")],
+        [bash(shown(f"wc -w < {src} > {dst}", dst)), done(rng, f"{len(words)} words")],
         [put(src, text)],
     )
 
@@ -406,7 +415,7 @@ def count_matching(rng: random.Random) -> Spec:
         "count_matching",
         goal,
         same_text(dst, str(n)),
-        [bash(f"grep -c '{key}' {src} > {dst}"), done(rng, f"{n} lines contain {key}")],
+        [bash(shown(f"grep -c '{key}' {src} > {dst}", dst)), done(rng, f"{n} lines contain {key}")],
         [put(src, "\n".join(lines) + "\n")],
     )
 
@@ -426,7 +435,7 @@ def count_in_dir(rng: random.Random) -> Spec:
             "count_in_dir",
             goal,
             same_text(dst, str(n)),
-            [bash(f"ls {d}/*.{ext} | wc -l > {dst}"), done(rng, f"{n} .{ext} files")],
+            [bash(shown(f"ls {d}/*.{ext} | wc -l > {dst}", dst)), done(rng, f"{n} .{ext} files")],
             setup,
         )
     goal = say(
@@ -435,7 +444,11 @@ def count_in_dir(rng: random.Random) -> Spec:
         f"Write the number of files in the directory {d} into {dst}.",
     )
     return Spec(
-        "count_in_dir", goal, same_text(dst, str(n)), [bash(f"ls {d} | wc -l > {dst}"), done(rng, f"{n} files")], setup
+        "count_in_dir",
+        goal,
+        same_text(dst, str(n)),
+        [bash(shown(f"ls {d} | wc -l > {dst}", dst)), done(rng, f"{n} files")],
+        setup,
     )
 
 
@@ -496,7 +509,7 @@ def nth_line(rng: random.Random) -> Spec:
         "nth_line",
         goal,
         check,
-        [bash(f"sed -n '{k}p' {src} > {dst}"), done(rng, items[k - 1])],
+        [bash(shown(f"sed -n '{k}p' {src} > {dst}", dst)), done(rng, items[k - 1])],
         [put(src, "\n".join(items) + "\n")],
     )
 
@@ -518,7 +531,7 @@ def sum_numbers(rng: random.Random) -> Spec:
         "sum_numbers",
         goal,
         same_text(dst, str(sum(nums))),
-        [bash(cmd), done(rng, f"the sum is {sum(nums)}")],
+        [bash(shown(cmd, dst)), done(rng, f"the sum is {sum(nums)}")],
         [put(src, "\n".join(map(str, nums)) + "\n")],
     )
 
@@ -538,7 +551,7 @@ def min_max(rng: random.Random) -> Spec:
         "min_max",
         goal,
         same_text(dst, str(value)),
-        [bash(cmd), done(rng, str(value))],
+        [bash(shown(cmd, dst)), done(rng, str(value))],
         [put(src, "\n".join(map(str, nums)) + "\n")],
     )
 
@@ -553,7 +566,7 @@ def file_size(rng: random.Random) -> Spec:
         "file_size",
         goal,
         same_text(dst, str(size)),
-        [bash(f"stat -c %s {src} > {dst}"), done(rng, f"{size} bytes")],
+        [bash(shown(f"stat -c %s {src} > {dst}", dst)), done(rng, f"{size} bytes")],
         [f"head -c {size} /dev/urandom > {src}"],
     )
 
@@ -574,7 +587,13 @@ def find_word(rng: random.Random) -> Spec:
         f"Find the file under {d} that mentions {token} and save its path to {dst}.",
     )
     check = f"[ \"$(tr -d '[:space:]' < {dst})\" = {d}/file{k}.txt ]"
-    return Spec("find_word", goal, check, [bash(f"grep -rl {token} {d} > {dst}"), done(rng, f"{d}/file{k}.txt")], setup)
+    return Spec(
+        "find_word",
+        goal,
+        check,
+        [bash(shown(f"grep -rl {token} {d} > {dst}", dst)), done(rng, f"{d}/file{k}.txt")],
+        setup,
+    )
 
 
 def biggest_file(rng: random.Random) -> Spec:
@@ -587,7 +606,7 @@ def biggest_file(rng: random.Random) -> Spec:
     setup = [f"mkdir -p {d}"] + [f"head -c {s} /dev/zero > {d}/{n}" for n, s in zip(names, sizes, strict=True)]
     goal = f"Write the name of the {'biggest' if big else 'smallest'} file in {d} into {dst}."
     cmd = f"ls -S {d} | {'head' if big else 'tail'} -n 1 > {dst}"
-    return Spec("biggest_file", goal, f"grep -q {target} {dst}", [bash(cmd), done(rng, target)], setup)
+    return Spec("biggest_file", goal, f"grep -q {target} {dst}", [bash(shown(cmd, dst)), done(rng, target)], setup)
 
 
 def upper_case(rng: random.Random) -> Spec:
@@ -603,7 +622,7 @@ def upper_case(rng: random.Random) -> Spec:
         "upper_case",
         goal,
         check,
-        [bash(f"tr 'a-z' 'A-Z' < {src} > {dst}"), done(rng, text.upper())],
+        [bash(shown(f"tr 'a-z' 'A-Z' < {src} > {dst}", dst)), done(rng, text.upper())],
         [put(src, text + "\n")],
     )
 
@@ -623,7 +642,7 @@ def unique_lines(rng: random.Random) -> Spec:
         "unique_lines",
         goal,
         check,
-        [bash(f"sort {src} | uniq > {dst}"), done(rng, f"{len(set(items))} distinct lines")],
+        [bash(f"sort {src} | uniq > {dst}"), done(rng, f"wrote the distinct lines into {dst}")],
         [put(src, "\n".join(items) + "\n")],
     )
 
@@ -679,7 +698,7 @@ def env_var(rng: random.Random) -> Spec:
         "env_var",
         goal,
         same_text(dst, value),
-        [bash(f'echo "${name}" > {dst}'), done(rng, f"{name}={value}")],
+        [bash(shown(f'echo "${name}" > {dst}', dst)), done(rng, f"{name}={value}")],
         env={name: value},
     )
 
@@ -766,7 +785,7 @@ def json_key(rng: random.Random) -> Spec:
     goal = say(
         rng, f"Write the {key} value from {src} into {dst}.", f'What is the "{key}" field of {src}? Save it to {dst}.'
     )
-    turns = [bash(f"jq -r .{key} {src} > {dst}"), done(rng, f"{key} is {obj[key]}")]
+    turns = [bash(shown(f"jq -r .{key} {src} > {dst}", dst)), done(rng, f"{key} is {obj[key]}")]
     if rng.random() < 0.4:
         turns = [bash(f"cat {src}"), [{"write": dst, "content": f"{obj[key]}\n"}], done(rng, f"{key} is {obj[key]}")]
     return Spec("json_key", goal, same_text(dst, str(obj[key])), turns, [put(src, json.dumps(obj) + "\n")])
@@ -784,7 +803,7 @@ def csv_column(rng: random.Random) -> Spec:
             "csv_column",
             goal,
             same_text(dst, str(len(rows))),
-            [bash(f"tail -n +2 {src} | wc -l > {dst}"), done(rng, f"{len(rows)} rows")],
+            [bash(shown(f"tail -n +2 {src} | wc -l > {dst}", dst)), done(rng, f"{len(rows)} rows")],
             [put(src, text)],
         )
     goal = f"Write the {header[0]} column of {src}, without its header, into {dst}."
@@ -793,7 +812,7 @@ def csv_column(rng: random.Random) -> Spec:
         "csv_column",
         goal,
         check,
-        [bash(f"tail -n +2 {src} | cut -d, -f1 > {dst}"), done(rng, f"{len(rows)} names")],
+        [bash(shown(f"tail -n +2 {src} | cut -d, -f1 > {dst}", dst)), done(rng, f"{len(rows)} names")],
         [put(src, text)],
     )
 
@@ -816,7 +835,7 @@ def key_value(rng: random.Random) -> Spec:
     )
     turns = [bash(f"cat {src}"), [{"write": dst, "content": keys[key] + "\n"}], done(rng, f"{key} is {keys[key]}")]
     if rng.random() < 0.5:
-        turns = [bash(f"grep '^{key}=' {src} | cut -d= -f2 > {dst}"), done(rng, f"{key} is {keys[key]}")]
+        turns = [bash(shown(f"grep '^{key}=' {src} | cut -d= -f2 > {dst}", dst)), done(rng, f"{key} is {keys[key]}")]
     return Spec("key_value", goal, same_text(dst, keys[key]), turns, [put(src, text)])
 
 
@@ -931,7 +950,7 @@ def wrong_path(rng: random.Random) -> Spec:
         f"Somewhere under /app there is a file named {name}. Write its number of lines into {dst}.",
         f"Count the lines of the file {name} (it is somewhere in /app) and save the number to {dst}.",
     )
-    turns = [bash(f"find /app -name {name}"), bash(f"wc -l < {d}/{name} > {dst}"), done(rng, f"{n} lines")]
+    turns = [bash(f"find /app -name {name}"), bash(shown(f"wc -l < {d}/{name} > {dst}", dst)), done(rng, f"{n} lines")]
     return Spec(
         "wrong_path", goal, same_text(dst, str(n)), turns, [put(f"{d}/{name}", "\n".join(lines_of(rng, n)) + "\n")]
     )

@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=20, help="steps between validation losses")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--limit", type=int, default=0, help="use only this many training trajectories (0: all)")
+    p.add_argument("--keep", type=int, default=0, help="also keep this many adapters an epoch in checkpoints/")
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -205,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     steps_per_epoch = math.ceil(len(train) / args.batch)
     total_steps = max(1, int(steps_per_epoch * args.epochs))
     warmup = max(1, total_steps // 20)
+    # the steps after which an adapter is kept: `--keep` a whole epoch, the last step left out
+    marks = {round(steps_per_epoch * j / args.keep) for j in range(1, 1000)} if args.keep else set()
+    marks = {m for m in marks if 0 < m < total_steps}
 
     def lr_at(step: int) -> float:
         if step < warmup:
@@ -269,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 export(out / "adapter.gguf", loras, args.alpha)  # a usable adapter at every checkpoint
+            if step in marks:
+                # kept for the curve of success against training seen (docs/benchmarks.md)
+                (out / "checkpoints").mkdir(exist_ok=True)
+                export(out / "checkpoints" / f"adapter-e{step / steps_per_epoch:.2f}.gguf", loras, args.alpha)
     if curve[-1]["step"] != step:
         v = evaluate(model, val, first)
         curve.append(
