@@ -2,8 +2,8 @@
 
 Both backends load once; each run sends the same first turn of a session (the short fixed prompt,
 a goal, the intro and its listing) with an empty KV cache, alternating on and off so that load
-from other work falls on both alike. Generation is free (no grammar) and runs a fixed number of
-tokens, so the two sides decode the same amount whatever they answer.
+from other work falls on both alike. Generation is greedy and free (no grammar), up to a number of
+tokens; the two sides may stop at different lengths, so decoding is compared as tokens a second.
 
 Run: .venv/bin/python bench/adapter_bench.py [--runs 15] [--tokens 64]
 Prints a Markdown table (paste into docs/benchmarks.md).

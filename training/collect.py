@@ -114,10 +114,10 @@ VARIANTS: list[tuple[float, dict[str, str]]] = [
 ]
 
 
-def plan(seed: int, n: int) -> list[tuple[Spec, dict[str, str], bool]]:
+def plan(seed: int, n: int, more: bool = False) -> list[tuple[Spec, dict[str, str], bool]]:
     rng = random.Random(seed + 1)
     out = []
-    for spec in generate(seed, n):
+    for spec in generate(seed, n, more):
         variant = VARIANTS[0][1] if rng.random() < VARIANTS[0][0] else VARIANTS[1][1]
         out.append((spec, variant, rng.random() < 0.25))
     return out
@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=400, help="tasks to generate and run")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--out", required=True)
+    p.add_argument("--more", action="store_true", help="add the families beyond the shipped adapter's (MORE)")
     args = p.parse_args(argv)
-    jobs = plan(args.seed, args.n)
+    jobs = plan(args.seed, args.n, args.more)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started, kept, dropped = time.monotonic(), 0, 0

@@ -888,6 +888,351 @@ def python_program(rng: random.Random) -> Spec:
     )
 
 
+# -- more of the everyday: folders, joining, filtering, sequences, checksums, dates -----------------------
+def remove_dir(rng: random.Random) -> Spec:
+    d = "/app/" + rng.choice([*DIRS, "tmp", "cache", "old", "build", "scratch"])
+    keep = "/app/" + fname(rng)
+    setup = [f"mkdir -p {d}/sub && echo a > {d}/one.txt && echo b > {d}/sub/two.txt", put(keep, "keep\n")]
+    goal = say(
+        rng,
+        f"Delete the directory {d} and everything inside it.",
+        f"{d} is not needed any more; remove it with all its contents.",
+        f"Remove the folder {d}, including its files and subfolders.",
+    )
+    check = f"[ ! -e {d} ] && [ -f {keep} ]"
+    if rng.random() < 0.4:  # the plain rm fails on a folder: read the error, then fix it
+        turns = [bash(f"rm {d}"), bash(f"rm -r {d}"), done(rng, f"removed {d}")]
+    else:
+        turns = [bash(f"rm -r {d}"), done(rng, f"removed {d}")]
+    return Spec("remove_dir", goal, check, turns, setup)
+
+
+def concat_files(rng: random.Random) -> Spec:
+    n = rng.randint(2, 3)
+    names = list(dict.fromkeys("/app/" + fname(rng) for _ in range(n + 2)))[:n]
+    dst = "/app/" + fname(rng, [*OUTS, "all", "combined", "merged", "full"])
+    while dst in names:
+        dst = "/app/merged_" + dst.rsplit("/", 1)[1]
+    texts = ["\n".join(lines_of(rng, rng.randint(1, 3))) + "\n" for _ in names]
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    goal = say(
+        rng,
+        f"Concatenate {listed} (in that order) into {dst}.",
+        f"Put the contents of {listed} one after the other into {dst}.",
+        f"Merge {listed} into a single file {dst}, keeping their order.",
+    )
+    check = f'[ "$(cat {dst})" = {shlex.quote("".join(texts).rstrip())} ]'
+    return Spec(
+        "concat_files",
+        goal,
+        check,
+        [bash(f"cat {' '.join(names)} > {dst}"), done(rng, f"joined {n} files into {dst}")],
+        [put(p, t) for p, t in zip(names, texts, strict=True)],
+    )
+
+
+def reverse_lines(rng: random.Random) -> Spec:
+    src, dst = two_files(rng)
+    items = lines_of(rng, rng.randint(3, 8))
+    goal = say(
+        rng,
+        f"Write the lines of {src} in reverse order into {dst}.",
+        f"Save {src} upside down (its last line first) as {dst}.",
+        f"Reverse the order of the lines in {src} and write the result to {dst}.",
+    )
+    check = f'[ "$(cat {dst})" = {shlex.quote(chr(10).join(reversed(items)))} ]'
+    return Spec(
+        "reverse_lines",
+        goal,
+        check,
+        [bash(shown(f"tac {src} > {dst}", dst)), done(rng, f"reversed {len(items)} lines into {dst}")],
+        [put(src, "\n".join(items) + "\n")],
+    )
+
+
+def filter_lines(rng: random.Random) -> Spec:
+    src, dst = two_files(rng, rng.choice(["txt", "log"]))
+    key = rng.choice(["ERROR", "WARN", "INFO", "TRACE", "skip", "old", "#", "test"])
+    others = [w for w in ("alpha", "beta", "gamma", "delta", "omega", "kappa") if w != key]
+    lines = [f"{rng.choice([key, rng.choice(others)])} {rng.choice(WORDS)}" for _ in range(rng.randint(5, 10))]
+    lines[0] = f"{key} {rng.choice(WORDS)}"
+    lines[-1] = f"{rng.choice(others)} {rng.choice(WORDS)}"
+    keep = rng.random() < 0.5
+    if keep:
+        goal = say(
+            rng,
+            f"Copy only the lines of {src} that contain {key} into {dst}.",
+            f"Write the lines of {src} mentioning {key} to {dst}.",
+        )
+        expected = [ln for ln in lines if key in ln]
+        cmd = f"grep '{key}' {src} > {dst}"
+    else:
+        goal = say(
+            rng,
+            f"Write all lines of {src} except those containing {key} into {dst}.",
+            f"Leave out every line with {key} in it: save the rest of {src} as {dst}.",
+            f"Filter {src}: keep the lines without {key}, in {dst}.",
+        )
+        expected = [ln for ln in lines if key not in ln]
+        cmd = f"grep -v '{key}' {src} > {dst}"
+    check = f'[ "$(cat {dst})" = {shlex.quote(chr(10).join(expected))} ]'
+    return Spec(
+        "filter_lines",
+        goal,
+        check,
+        [bash(shown(cmd, dst)), done(rng, f"{len(expected)} lines in {dst}")],
+        [put(src, "\n".join(lines) + "\n")],
+    )
+
+
+def drop_blank(rng: random.Random) -> Spec:
+    src = "/app/" + fname(rng)
+    items = lines_of(rng, rng.randint(3, 6))
+    text = "\n\n".join(items) + "\n\n"
+    goal = say(
+        rng,
+        f"Delete the empty lines from {src}; keep the rest as it is.",
+        f"{src} has blank lines in it. Take them out, leaving the other lines in order.",
+    )
+    check = f'[ "$(cat {src})" = {shlex.quote(chr(10).join(items))} ]'
+    return Spec(
+        "drop_blank",
+        goal,
+        check,
+        [bash(f"sed -i '/^$/d' {src} && cat {src}"), done(rng, f"{len(items)} lines left")],
+        [put(src, text)],
+    )
+
+
+def number_seq(rng: random.Random) -> Spec:
+    a = rng.choice([0, 1, 1, 1, 5, 10])
+    b = a + rng.randint(3, 40)
+    dst = "/app/" + fname(rng, OUTS + STEMS)
+    goal = say(
+        rng,
+        f"Fill {dst} with the whole numbers from {a} to {b}, one per line.",
+        f"Write the numbers {a} to {b} into {dst}, each on a line of its own.",
+        f"Create {dst} listing every number from {a} up to {b}, one a line.",
+    )
+    check = f'[ "$(cat {dst})" = "$(seq {a} {b})" ]'
+    return Spec("number_seq", goal, check, [bash(f"seq {a} {b} > {dst}"), done(rng, f"wrote {a}..{b} into {dst}")])
+
+
+def checksum(rng: random.Random) -> Spec:
+    src = "/app/" + rng.choice(STEMS) + rng.choice([".bin", ".dat", ".iso", ".txt"])
+    dst = "/app/" + rng.choice(["sum", "hash", "digest", "check"]) + rng.choice([".txt", ""])
+    tool, label = rng.choice([("md5sum", "MD5"), ("sha256sum", "SHA-256"), ("sha1sum", "SHA-1")])
+    goal = say(
+        rng,
+        f"Write the {label} hash of {src} (only the hex string) into {dst}.",
+        f"Compute the {label} checksum of {src} and save just the digest in {dst}.",
+    )
+    check = f'[ "$(tr -d "[:space:]" < {dst})" = "$({tool} {src} | cut -d" " -f1)" ]'
+    return Spec(
+        "checksum",
+        goal,
+        check,
+        [bash(shown(f"{tool} {src} | cut -d' ' -f1 > {dst}", dst)), done(rng, f"saved the {label} digest in {dst}")],
+        [f"head -c {rng.randint(100, 9000)} /dev/urandom > {src}"],
+    )
+
+
+def date_part(rng: random.Random) -> Spec:
+    fmt, what = rng.choice(
+        [
+            ("%Y", "the current year"),
+            ("%m", "the current month as two digits"),
+            ("%F", "today's date as YYYY-MM-DD"),
+            ("%A", "the name of today's weekday"),
+            ("%d", "the day of the month, two digits"),
+        ]
+    )
+    dst = "/app/" + rng.choice(["date", "today", "now", "when", "stamp"]) + rng.choice([".txt", ""])
+    goal = say(rng, f"Write {what} into {dst}.", f"Save {what} in the file {dst}.")
+    check = f'[ "$(cat {dst})" = "$(date +{fmt})" ]'
+    return Spec("date_part", goal, check, [bash(shown(f"date +{fmt} > {dst}", dst)), done(rng, f"saved {what}")])
+
+
+def line_number(rng: random.Random) -> Spec:
+    src, dst = two_files(rng)
+    items = pick(rng, WORDS, rng.randint(4, 12))
+    k = rng.randint(1, len(items))
+    word = items[k - 1]
+    goal = say(
+        rng,
+        f"Which line of {src} is {word}? Write its line number into {dst}.",
+        f"Find the number of the line where {word} appears in {src} and save it to {dst}.",
+    )
+    return Spec(
+        "line_number",
+        goal,
+        same_text(dst, str(k)),
+        [bash(shown(f"grep -n '^{word}$' {src} | cut -d: -f1 > {dst}", dst)), done(rng, f"line {k}")],
+        [put(src, "\n".join(items) + "\n")],
+    )
+
+
+def list_archive(rng: random.Random) -> Spec:
+    name = rng.choice(["delivery", "bundle", "shipment", "payload", "box", "crate"])
+    gz = rng.random() < 0.5
+    arc = f"/app/{name}.tar" + (".gz" if gz else "")
+    files = sorted(pick(rng, WORDS, rng.randint(2, 4)))
+    dst = "/app/" + fname(rng, [*OUTS, "contents", "names", "index"], "txt")
+    setup = [
+        "mkdir -p /tmp/s && cd /tmp/s && "
+        + " && ".join(f"echo {f} > {f}.txt" for f in files)
+        + f" && tar -c{'z' if gz else ''}f {arc} "
+        + " ".join(f"{f}.txt" for f in files)
+        + " && cd / && rm -rf /tmp/s"
+    ]
+    goal = say(
+        rng,
+        f"List the files stored in the archive {arc} into {dst}, one name a line.",
+        f"What does {arc} contain? Save the names of its files to {dst}.",
+    )
+    check = f'[ "$(sort {dst})" = {shlex.quote(chr(10).join(f + ".txt" for f in files))} ]'
+    return Spec(
+        "list_archive",
+        goal,
+        check,
+        [bash(shown(f"tar -t{'z' if gz else ''}f {arc} > {dst}", dst)), done(rng, f"{len(files)} files")],
+        setup,
+    )
+
+
+def count_hidden(rng: random.Random) -> Spec:
+    d = "/app/" + rng.choice(DIRS)
+    dst = "/app/" + fname(rng, OUTS, "txt")
+    hidden = list(dict.fromkeys("." + rng.choice(WORDS) for _ in range(rng.randint(1, 5))))
+    shown_names = list(dict.fromkeys(rng.choice(WORDS) + ".txt" for _ in range(rng.randint(1, 4))))
+    setup = [f"mkdir -p {d} && cd {d} && touch " + " ".join(hidden + shown_names) + " && cd /app"]
+    goal = say(
+        rng,
+        f"How many hidden files (names beginning with a dot) are in {d}? Write the number into {dst}.",
+        f"Count the dot-files in {d} and save the count in {dst}.",
+    )
+    return Spec(
+        "count_hidden",
+        goal,
+        same_text(dst, str(len(hidden))),
+        [bash(shown(f"ls -A {d} | grep -c '^\\.' > {dst}", dst)), done(rng, f"{len(hidden)} hidden files")],
+        setup,
+    )
+
+
+def lower_case(rng: random.Random) -> Spec:
+    src, dst = two_files(rng)
+    text = " ".join(pick(rng, WORDS, rng.randint(2, 5))).upper()
+    goal = say(
+        rng,
+        f"Write the text of {src} in small letters into {dst}.",
+        f"Convert {src} to lower case and save it as {dst}.",
+    )
+    check = f'[ "$(cat {dst})" = {shlex.quote(text.lower())} ]'
+    return Spec(
+        "lower_case",
+        goal,
+        check,
+        [bash(shown(f"tr 'A-Z' 'a-z' < {src} > {dst}", dst)), done(rng, text.lower())],
+        [put(src, text + "\n")],
+    )
+
+
+def copy_dir(rng: random.Random) -> Spec:
+    src = "/app/" + rng.choice(DIRS)
+    dst = src + rng.choice(["_copy", "_backup", "2", ".bak", "_old"])
+    files = pick(rng, WORDS, rng.randint(1, 3))
+    setup = [f"mkdir -p {src}/inner && " + " && ".join(f"echo {f} > {src}/inner/{f}.txt" for f in files)]
+    goal = say(
+        rng,
+        f"Copy the whole folder {src} to {dst}.",
+        f"Make {dst} a copy of the directory {src}, with everything in it.",
+    )
+    check = f"diff -r {src} {dst} >/dev/null && [ -f {dst}/inner/{files[0]}.txt ]"
+    return Spec("copy_dir", goal, check, [bash(f"cp -r {src} {dst}"), done(rng, f"copied {src} to {dst}")], setup)
+
+
+def find_ext(rng: random.Random) -> Spec:
+    d = "/app/" + rng.choice(DIRS)
+    ext = rng.choice(["log", "csv", "md", "py", "conf", "json"])
+    dst = "/app/" + fname(rng, OUTS, "txt")
+    hits = [
+        f"{d}/{rng.choice(['a', 'b', 'c'])}{i}/{w}.{ext}" for i, w in enumerate(pick(rng, WORDS, rng.randint(1, 4)))
+    ]
+    misses = [f"{d}/{w}.txt" for w in pick(rng, WORDS, 2)]
+    setup = [f"mkdir -p {p.rsplit('/', 1)[0]} && touch {p}" for p in hits + misses]
+    goal = say(
+        rng,
+        f"Find every .{ext} file anywhere under {d} and write their paths into {dst}.",
+        f"List the paths of all .{ext} files below {d} (subfolders too) in {dst}.",
+    )
+    check = f'[ "$(sort {dst})" = {shlex.quote(chr(10).join(sorted(hits)))} ]'
+    return Spec(
+        "find_ext",
+        goal,
+        check,
+        [bash(shown(f"find {d} -name '*.{ext}' > {dst}", dst)), done(rng, f"{len(hits)} .{ext} files")],
+        setup,
+    )
+
+
+def cut_field(rng: random.Random) -> Spec:
+    src, dst = two_files(rng)
+    sep, sep_name = rng.choice([(":", "colon"), (",", "comma"), (";", "semicolon")])
+    k = rng.randint(1, 3)
+    rows = [[rng.choice(WORDS), str(rng.randint(1, 99)), rng.choice(WORDS)] for _ in range(rng.randint(3, 6))]
+    nth = ["first", "second", "third"][k - 1]
+    goal = say(
+        rng,
+        f"Each line of {src} has fields separated by a {sep_name}. Write the {nth} field of every line into {dst}.",
+        f"Save column {k} of {src} ({sep_name}-separated) to {dst}, one value a line.",
+    )
+    check = f'[ "$(cat {dst})" = {shlex.quote(chr(10).join(r[k - 1] for r in rows))} ]'
+    return Spec(
+        "cut_field",
+        goal,
+        check,
+        [bash(shown(f"cut -d'{sep}' -f{k} {src} > {dst}", dst)), done(rng, f"column {k} saved in {dst}")],
+        [put(src, "\n".join(sep.join(r) for r in rows) + "\n")],
+    )
+
+
+def move_into_dir(rng: random.Random) -> Spec:
+    src = "/app/" + fname(rng)
+    d = "/app/" + rng.choice(DIRS)
+    name = src.rsplit("/", 1)[1]
+    setup = [put(src, rng.choice(WORDS) + "\n")] + ([f"mkdir -p {d}"] if rng.random() < 0.6 else [])
+    goal = say(
+        rng,
+        f"Move {src} into the folder {d}.",
+        f"Put the file {src} inside {d} (it should no longer be in /app).",
+    )
+    check = f"[ -f {d}/{name} ] && [ ! -e {src} ]"
+    return Spec(
+        "move_into_dir", goal, check, [bash(f"mkdir -p {d} && mv {src} {d}/"), done(rng, f"moved to {d}/{name}")], setup
+    )
+
+
+def write_note(rng: random.Random) -> Spec:
+    words = pick(rng, WORDS, rng.randint(2, 5))
+    text = rng.choice(["remember the ", "call about ", "check the ", "buy ", "send ", "fix the "]) + " ".join(words)
+    path = (
+        "/app/"
+        + rng.choice(["note", "notes", "reminder", "memo", "message", "readme"])
+        + rng.choice([".txt", ".md", ""])
+    )
+    goal = say(
+        rng,
+        f"Write a note in {path} saying: {text}",
+        f"Save the sentence '{text}' into {path}.",
+        f"I need {path} to contain this text: {text}",
+    )
+    check = f"grep -qF {shlex.quote(text)} {path}"
+    return Spec(
+        "write_note", goal, check, [[{"write": path, "content": text + "\n"}], done(rng, f"wrote the note in {path}")]
+    )
+
+
 # -- errors to recover from -----------------------------------------------------------------------------
 def missing_folder(rng: random.Random) -> Spec:
     src = "/app/" + fname(rng)
@@ -1001,19 +1346,44 @@ FAMILIES: dict[str, Callable[[random.Random], Spec]] = {
         wrong_path,
     )
 }
+# More everyday skills, beyond what the shipped adapter was trained on: `collect --more` adds them,
+# to measure whether breadth carries to goals of skills never taught (docs/benchmarks.md).
+MORE: dict[str, Callable[[random.Random], Spec]] = {
+    f.__name__: f
+    for f in (
+        remove_dir,
+        concat_files,
+        reverse_lines,
+        filter_lines,
+        drop_blank,
+        number_seq,
+        checksum,
+        date_part,
+        line_number,
+        list_archive,
+        count_hidden,
+        lower_case,
+        copy_dir,
+        find_ext,
+        cut_field,
+        move_into_dir,
+        write_note,
+    )
+}
 
 
-def generate(seed: int, n: int) -> list[Spec]:
+def generate(seed: int, n: int, more: bool = False) -> list[Spec]:
     """`n` tasks, families in turn, each drawn from its own seeded generator; duplicates of a goal are skipped."""
     rng = random.Random(seed)
-    names = sorted(FAMILIES)
+    families = {**FAMILIES, **MORE} if more else FAMILIES
+    names = sorted(families)
     out: list[Spec] = []
     seen: set[str] = set()
     tries = 0
     while len(out) < n and tries < n * 20:
         tries += 1
         family = names[len(out) % len(names)] if rng.random() < 0.7 else rng.choice(names)
-        spec = FAMILIES[family](random.Random(rng.getrandbits(64)))
+        spec = families[family](random.Random(rng.getrandbits(64)))
         if spec.goal in seen:
             continue
         seen.add(spec.goal)

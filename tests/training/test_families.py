@@ -16,13 +16,13 @@ from sandshell.eval.task import load_tasks
 from sandshell.model import actions
 from tests.conftest import REPO
 from training.collect import plan, run_one
-from training.families import FAMILIES, generate
+from training.families import FAMILIES, MORE, generate
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted({**FAMILIES, **MORE}))
 def test_every_family_solves_its_own_task_and_its_check_fails_untouched(family: str) -> None:
-    spec = FAMILIES[family](random.Random(f"test {family}"))
+    spec = {**FAMILIES, **MORE}[family](random.Random(f"test {family}"))
     record = run_one(spec, {}, goal_in_file=family.startswith(("c", "m", "p")))
     assert record["ok"], f"{family}: {record.get('why')} ({spec.goal})"
     messages = record["messages"]
@@ -45,6 +45,7 @@ def test_generation_is_seeded_and_goals_are_unique() -> None:
     assert [s.goal for s in a] == [s.goal for s in b]
     assert len({s.goal for s in a}) == 120
     assert {s.family for s in generate(7, 400)} == set(FAMILIES)
+    assert {s.family for s in generate(7, 400, more=True)} == set(FAMILIES) | set(MORE)
     assert [s.goal for s in generate(8, 20)] != [s.goal for s in a[:20]]
     assert [j[1:] for j in plan(7, 50)] == [j[1:] for j in plan(7, 50)]
 
