@@ -95,7 +95,11 @@ def _seen(
     inodes = sorted(written)
     first = bisect.bisect_left(inodes, flush_from)
     turn = (inodes[first:] + inodes[:first])[:FLUSHES]
-    flushed = [written[ino] for ino in turn if _flush(written[ino], dev, ino)]
+    flushed = []
+    for ino in turn:
+        real = _flush(written[ino], dev, ino)
+        if real is not None:
+            flushed.append(real)
     later = inodes[(first + FLUSHES) % len(inodes)] if len(inodes) > FLUSHES else 0
     only_mapped = sum(min(n, cap) if cap else n for ino, n in mapped.items() if ino not in held)
     return Seen(sum(held.values()) + only_mapped, flushed, 0, later)
@@ -153,26 +157,30 @@ def _mappings(base: str, mapped: dict[int, dict[int, int]], written: dict[int, d
     return read
 
 
-def _flush(path: str, dev: int, ino: int) -> bool:
+def _flush(path: str, dev: int, ino: int) -> str | None:
     """Write back the dirty pages of the file at `path`, if it is still that file (the model may have
-    put a link, a FIFO or another file there: nothing is followed, opened blocking, or trusted)."""
-    if "\\012" in path and _flush(path.replace("\\012", "\n"), dev, ino):  # maps shows a newline so
-        return True
+    put a link, a FIFO or another file there: nothing is followed, opened blocking, or trusted); the
+    path it was found at, or None. Maps shows a newline in a name as \\012: the measure must be told
+    the real path, or the file's folder is never measured again before a full measure."""
+    if "\\012" in path:
+        real = _flush(path.replace("\\012", "\n"), dev, ino)
+        if real is not None:
+            return real
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
         st = os.fstat(fd)
         if st.st_ino != ino or st.st_dev != dev or not stat.S_ISREG(st.st_mode):
-            return False
+            return None
         rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             os.fsync(rfd)
         finally:
             os.close(rfd)
-        return True
+        return path
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)

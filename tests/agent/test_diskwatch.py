@@ -228,6 +228,23 @@ def test_a_look_counts_a_deleted_file_only_a_mapping_holds_and_flushes_a_mapped_
         mapped.close()
 
 
+def test_a_file_mapped_in_a_folder_whose_name_has_a_newline_is_reported_at_its_real_path(tmp_path: Path) -> None:
+    """/proc/PID/maps shows a newline in a name as \\012: the path the measure is told to look at again
+    must be the real one, or the file's growth waits for a full measure (under load: past 20 s)."""
+    folder = tmp_path / "new\nline"
+    folder.mkdir()
+    kept = folder / "m"
+    with kept.open("wb+") as f:
+        f.truncate(1 << 20)
+        mapped = mmap.mmap(f.fileno(), 1 << 20)
+    try:
+        mapped[:] = b"y" * (1 << 20)
+        seen = openfiles.look(tmp_path.stat().st_dev)
+        assert str(kept) in seen.written, seen.written
+    finally:
+        mapped.close()
+
+
 def test_a_mapped_file_replaced_by_a_fifo_or_a_link_is_not_opened(tmp_path: Path) -> None:
     """The model may put anything where a mapped file was: nothing is followed or opened blocking."""
     real = tmp_path / "real"
@@ -236,10 +253,10 @@ def test_a_mapped_file_replaced_by_a_fifo_or_a_link_is_not_opened(tmp_path: Path
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "link").symlink_to(real)
     dev = tmp_path.stat().st_dev
-    assert openfiles._flush(str(real), dev, ino)
-    assert not openfiles._flush(str(tmp_path / "link"), dev, ino)
-    assert not openfiles._flush(str(tmp_path / "fifo"), dev, (tmp_path / "fifo").stat().st_ino)
-    assert not openfiles._flush(str(real), dev, ino + 1)  # another file now has the name
+    assert openfiles._flush(str(real), dev, ino) == str(real)
+    assert openfiles._flush(str(tmp_path / "link"), dev, ino) is None
+    assert openfiles._flush(str(tmp_path / "fifo"), dev, (tmp_path / "fifo").stat().st_ino) is None
+    assert openfiles._flush(str(real), dev, ino + 1) is None  # another file now has the name
 
 
 def test_processes_past_a_looks_bounds_are_reached_by_the_next_looks(tmp_path: Path) -> None:
