@@ -319,10 +319,6 @@ HIDDEN = {
         "python3 /tmp/decoys.py & sleep 1; python3 /tmp/mm.py /root/mm",
         "rm -rf /root/mm /root/decoys",
     ),
-    "a mapped file in a folder whose name has a newline (maps shows it as \\012)": (
-        "python3 /tmp/mm.py $'/root/new\\nline'",
-        "rm -rf /root/new*",
-    ),
     "deleted files held by a process whose main thread has ended": ("python3 /tmp/leader.py", "true"),
     # Measured by path, everything under the first folder past PATH_MAX counted nothing (241 MB).
     "files under a folder whose path is past PATH_MAX": (
@@ -356,6 +352,38 @@ def test_disk_no_folder_shows_still_counts(box: tuple[Sandbox, Path], how: str) 
         stopped_quickly(sb, ws, f"{command}; echo after", "_LIMIT")
     finally:
         sb.execute(cleanup)
+
+
+def fresh_box(tmp_path: Path) -> Sandbox:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    s = _base_settings(
+        sandbox={"workspace_limit": LIMIT, "scratch_limit": LIMIT, "file_limit": 1024**3, "exit_timeout": 60.0}
+    )
+    return Sandbox(workspace=ws, settings=s.sandbox)
+
+
+NEWLINE = "python3 /tmp/mm.py $'/root/new\\nline'"  # maps shows the newline as \012
+
+
+def test_a_mapped_file_in_a_folder_whose_name_has_a_newline_still_counts(tmp_path: Path) -> None:
+    with fresh_box(tmp_path) as sb:
+        sb.write_file("/tmp/mm.py", MMAP_WRITER)
+        stopped_quickly(sb, tmp_path / "workspace", f"{NEWLINE}; echo after", "SANDSHELL_SCRATCH_LIMIT")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: after one mapped writer in /root was stopped and removed, a second one under a "
+    "folder whose name has a newline wrote 120 MB past the 50 MB limit unnoticed (20 s); without the "
+    "first, or with a plain folder name, it is stopped in 0.5-4 s",
+)
+def test_a_second_mapped_writer_under_a_newline_folder_is_stopped_too(tmp_path: Path) -> None:
+    with fresh_box(tmp_path) as sb:
+        sb.write_file("/tmp/mm.py", MMAP_WRITER)
+        stopped_quickly(sb, tmp_path / "workspace", "python3 /tmp/mm.py /root/mm; echo after", "_LIMIT")
+        sb.execute("rm -rf /root/mm")
+        stopped_quickly(sb, tmp_path / "workspace", f"{NEWLINE}; echo after", "_LIMIT")
 
 
 def test_deleting_the_images_own_files_frees_no_room(tmp_path: Path) -> None:
