@@ -3,7 +3,7 @@
 Both backends load once; each run sends the same first turn of a session (the short fixed prompt,
 a goal, the intro and its listing) with an empty KV cache, alternating on and off so that load
 from other work falls on both alike. Generation is greedy and free (no grammar), up to a number of
-tokens; the two sides may stop at different lengths, so decoding is compared as tokens a second.
+tokens; the two sides may end at different lengths, so decoding is compared as tokens a second.
 
 Run: .venv/bin/python bench/adapter_bench.py [--runs 15] [--tokens 64]
 Prints a Markdown table (paste into docs/benchmarks.md).
@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from sandshell import config
 from sandshell.model import tuned
 from sandshell.model.llama import LlamaBackend
 from sandshell.model.types import Stats
 
-GOAL = "Write the number of lines of /app/poems.txt into /app/n.txt."
-LISTING = (
-    "$ pwd && ls -la\n/app\ntotal 12\ndrwxrwxrwt  2 root root 4096 Nov 28 08:00 .\n"
-    "drwxr-xr-x 18 root root 4096 Nov 28 08:00 ..\n-rw-r--r--  1 root root  310 Nov 28 08:00 poems.txt\n"
-    "0 root@sandbox:/app #"
-)
-MESSAGES = [
-    {"role": "system", "content": tuned.system_prompt().rstrip() + f"\n\nYour goal: {GOAL}\n"},
-    {"role": "user", "content": "Begin. The shell is ready: 0 root@sandbox:/app #"},
-    {"role": "assistant", "content": '[{"comment": "look at where I am", "bash": "pwd && ls -la"}]'},
-    {"role": "user", "content": LISTING},
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for the test's first turn
+from tests.model.test_tuned import messages
+
+MESSAGES = messages(tuned.system_prompt())  # the tuned model's own test sends the same first turn
 
 
 def backend(adapter: str) -> LlamaBackend:
@@ -39,15 +33,14 @@ def backend(adapter: str) -> LlamaBackend:
     return LlamaBackend(config.load(env_file=None, environ=environ).model)
 
 
-def one(b: LlamaBackend, tokens: int) -> tuple[Stats, float]:
+def one(b: LlamaBackend, tokens: int) -> Stats:
     b.llm.reset()  # an empty KV cache: every run evaluates the whole prompt
     params = {"temperature": 0.0, "max_tokens": tokens, "seed": 1}
-    started = time.perf_counter()
     stats = Stats()
     for part in b.stream(MESSAGES, params):
         if isinstance(part, Stats):
             stats = part
-    return stats, time.perf_counter() - started
+    return stats
 
 
 def main() -> None:
@@ -66,9 +59,8 @@ def main() -> None:
         one(sides[side], 8)  # warm up
     for i in range(args.runs):
         for side in ("on", "off") if i % 2 == 0 else ("off", "on"):
-            stats, _ = one(sides[side], args.tokens)
-            seen[side].append(stats)
-    print(f"{args.runs} runs each, {seen['on'][0].prompt_tokens} prompt tokens, {args.tokens} generated\n")
+            seen[side].append(one(sides[side], args.tokens))
+    print(f"{args.runs} runs each, {seen['on'][0].prompt_tokens} prompt tokens, up to {args.tokens} generated\n")
     print("| adapter | load s | median ttft s | p90 ttft s | median tokens/s | generated |")
     print("|---|---|---|---|---|---|")
     for side, load in (("on", load_on), ("off", load_off)):

@@ -609,22 +609,36 @@ def biggest_file(rng: random.Random) -> Spec:
     return Spec("biggest_file", goal, f"grep -q {target} {dst}", [bash(shown(cmd, dst)), done(rng, target)], setup)
 
 
-def upper_case(rng: random.Random) -> Spec:
+def change_case(rng: random.Random, upper: bool) -> Spec:
+    """Both ways between small and capital letters: one family each, so each is drawn as often."""
     src, dst = two_files(rng)
-    text = " ".join(pick(rng, WORDS, rng.randint(2, 5)))
-    goal = say(
-        rng,
-        f"Write the text of {src} in capital letters into {dst}.",
-        f"Convert {src} to upper case and save the result as {dst}.",
-    )
-    check = f'[ "$(cat {dst})" = {shlex.quote(text.upper())} ]'
+    words = " ".join(pick(rng, WORDS, rng.randint(2, 5)))
+    before, after = (words, words.upper()) if upper else (words.upper(), words)
+    if upper:
+        goal = say(
+            rng,
+            f"Write the text of {src} in capital letters into {dst}.",
+            f"Convert {src} to upper case and save the result as {dst}.",
+        )
+    else:
+        goal = say(
+            rng,
+            f"Write the text of {src} in small letters into {dst}.",
+            f"Convert {src} to lower case and save it as {dst}.",
+        )
+    check = f'[ "$(cat {dst})" = {shlex.quote(after)} ]'
+    sets = "'a-z' 'A-Z'" if upper else "'A-Z' 'a-z'"
     return Spec(
-        "upper_case",
+        "upper_case" if upper else "lower_case",
         goal,
         check,
-        [bash(shown(f"tr 'a-z' 'A-Z' < {src} > {dst}", dst)), done(rng, text.upper())],
-        [put(src, text + "\n")],
+        [bash(shown(f"tr {sets} < {src} > {dst}", dst)), done(rng, after)],
+        [put(src, before + "\n")],
     )
+
+
+def upper_case(rng: random.Random) -> Spec:
+    return change_case(rng, upper=True)
 
 
 def unique_lines(rng: random.Random) -> Spec:
@@ -1121,21 +1135,7 @@ def count_hidden(rng: random.Random) -> Spec:
 
 
 def lower_case(rng: random.Random) -> Spec:
-    src, dst = two_files(rng)
-    text = " ".join(pick(rng, WORDS, rng.randint(2, 5))).upper()
-    goal = say(
-        rng,
-        f"Write the text of {src} in small letters into {dst}.",
-        f"Convert {src} to lower case and save it as {dst}.",
-    )
-    check = f'[ "$(cat {dst})" = {shlex.quote(text.lower())} ]'
-    return Spec(
-        "lower_case",
-        goal,
-        check,
-        [bash(shown(f"tr 'A-Z' 'a-z' < {src} > {dst}", dst)), done(rng, text.lower())],
-        [put(src, text + "\n")],
-    )
+    return change_case(rng, upper=False)
 
 
 def copy_dir(rng: random.Random) -> Spec:

@@ -207,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     total_steps = max(1, int(steps_per_epoch * args.epochs))
     warmup = max(1, total_steps // 20)
     # the steps after which an adapter is kept: `--keep` a whole epoch, the last step left out
-    marks = {round(steps_per_epoch * j / args.keep) for j in range(1, 1000)} if args.keep else set()
-    marks = {m for m in marks if 0 < m < total_steps}
+    kept = math.ceil(args.epochs * args.keep)
+    marks = {m for j in range(1, kept + 1) if 0 < (m := round(steps_per_epoch * j / args.keep)) < total_steps}
 
     def lr_at(step: int) -> float:
         if step < warmup:
